@@ -1,0 +1,1 @@
+"""Benchmark harness: `navi bench` runs these; results go to bench/results/."""

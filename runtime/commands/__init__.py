@@ -1,0 +1,1 @@
+"""One module per `navi` sub-command; `runtime.cli` wires them together."""

@@ -1,0 +1,11 @@
+"""`navi policy`: placeholder until its issue lands."""
+
+import typer
+
+app = typer.Typer(help="policy commands", no_args_is_help=True)
+
+
+@app.command("todo")
+def _todo() -> None:
+    """Not built yet."""
+    raise typer.Exit(2)

@@ -1,0 +1,48 @@
+"""All settings in one place (environment prefix ``NAVI_``); built once at start-up and injected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Runtime settings. Every field is documented in README.md ("Configuration")."""
+
+    model_config = SettingsConfigDict(env_prefix="NAVI_", extra="ignore")
+
+    data_dir: Path = Field(Path("./data"), description="Audit log, database, keys, workspaces.")
+    policy: Path = Field(
+        PROJECT_ROOT / "policies" / "default.yaml", description="Server policy file."
+    )
+    host: str = Field("127.0.0.1", description="Address `navi serve` binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `navi serve` listens on.")
+    admin_token: SecretStr | None = Field(
+        None, description="Bootstrap admin bearer token, created at first start."
+    )
+    ollama_host: str | None = Field(
+        None, description="Comma-separated Ollama hosts, tried in order (failover)."
+    )
+    openai_base_url: str | None = Field(None, description="OpenAI-compatible server base URL.")
+    openai_api_key: SecretStr | None = Field(None, description="API key for that server.")
+    model: str = Field("gemma3:270m", description="Model name the agent loop asks for.")
+    persona: str | None = Field(None, description="Persona text, or @path to a file with it.")
+    log_format: Literal["console", "json"] = Field("console", description="Log renderer.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")
+    sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
+    reaper_interval_s: float = Field(10.0, gt=0, description="How often expired sandboxes are swept.")
+    lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / "navi.sqlite3"

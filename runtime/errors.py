@@ -1,0 +1,100 @@
+"""The one exception tree of the runtime; ``runtime.api.errors`` maps it to HTTP, nothing else does.
+
+    NaviError
+    ├── ConfigError                 bad settings or policy file
+    ├── InvalidInput                bad arguments from a caller (400/422)
+    │   └── InvalidPath             a workspace path that is unsafe or not allowed
+    ├── PayloadTooLarge             upload or disk limit (413)
+    ├── Unauthorized                missing or bad token (401)
+    ├── Forbidden                   wrong role (403)
+    │   └── PolicyDenied            the policy engine said deny (403, names the rule)
+    ├── NotFound                    unknown, or another tenant's (404)
+    ├── Conflict                    state does not allow it (409)
+    ├── QuotaExceeded               per-tenant quota (429, retry_after)
+    ├── AuditUnavailable            audit store not writable: nothing runs (503)
+    ├── AuditIntegrityError         the chain does not verify
+    └── SandboxError                the sandbox broke (not: the user's program failed)
+        ├── EngineUnavailable       Docker engine unreachable
+        └── ImageMissing            sandbox image not built
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NaviError(Exception):
+    code = "internal_error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class ConfigError(NaviError):
+    code = "config_error"
+
+
+class InvalidInput(NaviError):
+    code = "invalid_input"
+
+
+class InvalidPath(InvalidInput):
+    code = "invalid_path"
+
+
+class PayloadTooLarge(NaviError):
+    code = "too_large"
+
+
+class Unauthorized(NaviError):
+    code = "unauthorized"
+
+
+class Forbidden(NaviError):
+    code = "forbidden"
+
+
+class PolicyDenied(Forbidden):
+    code = "policy_denied"
+
+    def __init__(self, message: str, *, rule: str, **details: Any) -> None:
+        super().__init__(message, rule=rule, **details)
+        self.rule = rule
+
+
+class NotFound(NaviError):
+    code = "not_found"
+
+
+class Conflict(NaviError):
+    code = "conflict"
+
+
+class QuotaExceeded(NaviError):
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retry_after=retry_after, **details)
+        self.retry_after = retry_after
+
+
+class AuditUnavailable(NaviError):
+    code = "audit_unavailable"
+
+
+class AuditIntegrityError(NaviError):
+    code = "audit_integrity"
+
+
+class SandboxError(NaviError):
+    code = "sandbox_error"
+
+
+class EngineUnavailable(SandboxError):
+    code = "engine_unavailable"
+
+
+class ImageMissing(SandboxError):
+    code = "image_missing"

@@ -1,0 +1,83 @@
+"""Typed boundary of the sandbox: what a caller asks for and what comes back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MiB = 1024 * 1024
+
+
+class Limits(BaseModel):
+    """Resource limits of one execution. Defaults are DESIGN's; a policy may only lower them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeout_s: float = Field(30.0, gt=0, le=300)
+    memory_mb: int = Field(512, ge=16, le=65536)
+    pids: int = Field(256, ge=8, le=32768)
+    cpus: float = Field(1.0, gt=0, le=64)
+    tmp_mb: int = Field(64, ge=1, le=65536)
+    output_bytes: int = Field(1 * MiB, ge=1024, le=256 * MiB, description="cap per stream")
+    nofile: int = Field(1024, ge=16, le=1048576)
+    fsize_mb: int = Field(1024, ge=1, le=65536, description="largest file a process may write")
+
+
+class Mount(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+class ExecRequest(BaseModel):
+    """One call: a fresh container runs ``argv`` with ``stdin`` and the workspace as cwd."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str
+    argv: list[str] = Field(min_length=1)
+    stdin: bytes = b""
+    env: dict[str, str] = Field(default_factory=dict)
+    workspace: Path | None = None
+    workdir: str = "/workspace"
+    mounts: list[Mount] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    network: Literal["none"] = "none"
+    labels: dict[str, str] = Field(default_factory=dict)
+    exec_id: str
+    tenant: str = "local"
+    session: str = "local"
+
+
+class OutputChunk(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+class ExecResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    exec_id: str
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    oom_killed: bool = False
+    truncated: bool = False
+    duration_ms: int
+    image_digest: str | None = None
+    stdout_size: int = Field(0, description="bytes produced before truncation")
+    stderr_size: int = 0
+    artifacts: list[str] = Field(
+        default_factory=list, description="workspace paths of full outputs kept on truncation"
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
