@@ -1,0 +1,55 @@
+"""What the policy engine is asked (Subject, Action) and what it answers (Decision)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.sandbox.models import Limits
+
+Role = Literal["admin", "user", "auditor"]
+Verdict = Literal["allow", "deny", "ask"]
+
+
+class Subject(BaseModel):
+    """Who asks: the tenant, the token's role and id, the session and its profile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    role: Role = "user"
+    user: str = "local"
+    profile: str = "developer"
+    session: str = "local"
+
+
+class Action(BaseModel):
+    """What is asked for: a tool call with its arguments and, where it runs code, its needs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    group: str | None = None
+    timeout_s: float | None = None
+    tool_hash: str | None = Field(None, description="content hash of a user tool file")
+    first_use: bool = False
+
+
+class Decision(BaseModel):
+    """The engine's answer; `rule` names the policy rule that decided, for the audit and the 403."""
+
+    model_config = ConfigDict(frozen=True)
+
+    verdict: Verdict
+    rule: str
+    reason: str
+    limits: Limits = Field(default_factory=Limits)
+    image: str | None = None
+    network: Literal["none"] | str = "none"
+    egress_allowlist: list[str] = Field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "allow"
