@@ -1,4 +1,4 @@
-"""Navi Runtime: a self-hosted agent runtime whose every execution is sandboxed, decided and audited."""
+"""Navi Runtime: an agent runtime whose every execution is sandboxed, decided and audited."""
 
 __version__ = "0.1.0"
 __all__ = ["__version__"]

@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")
     sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
-    reaper_interval_s: float = Field(10.0, gt=0, description="How often expired sandboxes are swept.")
+    reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
 
     @property

@@ -1,4 +1,4 @@
-"""structlog set-up: called once at start-up; context (tenant, session, exec_id) bound via contextvars."""
+"""structlog set-up, done once at start-up; context (tenant, session, exec_id) via contextvars."""
 
 from __future__ import annotations
 
