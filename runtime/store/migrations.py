@@ -1,0 +1,119 @@
+"""Numbered schema migrations, applied in order when the store opens.
+
+Each migration runs once, inside one ``BEGIN IMMEDIATE`` transaction together with its row in
+``schema_migrations``, so a crash leaves the database at the previous version and two processes
+opening the same file (``navi serve`` and ``navi tokens create``) cannot both apply it.
+
+To change the schema, APPEND a ``Migration`` with the next number; never edit or renumber one
+that has shipped. Version 2 is reserved for the agent's ``messages`` and ``memory`` tables.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import aiosqlite
+
+from runtime.errors import ConfigError
+from runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "tenants, tokens, sessions",
+        (
+            """CREATE TABLE tenants (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL COLLATE NOCASE UNIQUE,
+                created_at REAL NOT NULL
+            )""",
+            """CREATE TABLE tokens (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                role TEXT NOT NULL CHECK (role IN ('admin', 'user', 'auditor')),
+                label TEXT,
+                token_hash TEXT NOT NULL UNIQUE,
+                created_at REAL NOT NULL,
+                revoked_at REAL,
+                bootstrap INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX tokens_by_tenant ON tokens(tenant_id)",
+            """CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                profile TEXT NOT NULL,
+                title TEXT,
+                created_at REAL NOT NULL
+            )""",
+            "CREATE INDEX sessions_by_tenant ON sessions(tenant_id, created_at)",
+        ),
+    ),
+    # Migration(2, "messages, memory", (...)) -- reserved for the agent loop.
+)
+
+_BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+
+
+def _check_sequence(migrations: tuple[Migration, ...]) -> None:
+    expected = list(range(1, len(migrations) + 1))
+    if [m.version for m in migrations] != expected:
+        raise ConfigError("migrations must be numbered 1, 2, 3, ... without gaps")
+
+
+async def current_version(db: aiosqlite.Connection) -> int:
+    async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def apply_migrations(
+    db: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS
+) -> list[int]:
+    """Bring ``db`` (autocommit mode) up to the newest version; return the versions applied."""
+    _check_sequence(migrations)
+    await db.execute(_BOOKKEEPING)
+    applied: list[int] = []
+    for migration in migrations:
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            version = await current_version(db)
+            if version >= migration.version:
+                await db.execute("ROLLBACK")
+                continue
+            if version != migration.version - 1:
+                raise ConfigError(f"database at schema version {version}, cannot apply "
+                                  f"migration {migration.version}")
+            for statement in migration.statements:
+                await db.execute(statement)
+            await db.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, time.time()),
+            )
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+        applied.append(migration.version)
+        log.info("store_migrated", version=migration.version, name=migration.name)
+    newest = await current_version(db)
+    if newest > len(migrations):
+        raise ConfigError(
+            f"database schema version {newest} is newer than this runtime "
+            f"({len(migrations)}); upgrade navi-runtime"
+        )
+    return applied

@@ -1,0 +1,48 @@
+"""Records the store hands out: frozen pydantic models, never raw rows.
+
+Plaintext tokens and token hashes never appear in a record; ``create_token`` returns the
+plaintext once, next to its record.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.store.ids import SESSION_ID_PATTERN, TENANT_ID_PATTERN, TOKEN_ID_PATTERN
+
+Role = Literal["admin", "user", "auditor"]
+ROLES: tuple[Role, ...] = ("admin", "user", "auditor")
+
+# Same shape as the API's NAME_PATTERN: letters, digits, '_', '.', '-'; starts alphanumeric.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+LABEL_MAX = 100
+TITLE_MAX = 200
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Tenant(_Record):
+    id: str = Field(pattern=TENANT_ID_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN)
+    created_at: float = Field(description="Unix time, seconds")
+
+
+class TokenRecord(_Record):
+    id: str = Field(pattern=TOKEN_ID_PATTERN)
+    tenant_id: str = Field(pattern=TENANT_ID_PATTERN)
+    role: Role
+    label: str | None = Field(None, max_length=LABEL_MAX)
+    created_at: float = Field(description="Unix time, seconds")
+    revoked_at: float | None = None
+
+
+class SessionRecord(_Record):
+    id: str = Field(pattern=SESSION_ID_PATTERN)
+    tenant_id: str = Field(pattern=TENANT_ID_PATTERN)
+    profile: str = Field(pattern=NAME_PATTERN)
+    created_at: float = Field(description="Unix time, seconds")
+    title: str | None = Field(None, max_length=TITLE_MAX)

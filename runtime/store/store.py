@@ -1,0 +1,359 @@
+"""The runtime's database: tenants, bearer tokens and sessions in one SQLite file (WAL).
+
+Tokens are kept only as SHA-256 digests; the plaintext (``navi_`` + 43 url-safe characters)
+exists once, in the return value of ``create_token``. Every session query is scoped by tenant:
+another tenant's session is indistinguishable from one that does not exist.
+
+One ``aiosqlite`` connection in autocommit mode; multi-statement changes use explicit
+``BEGIN IMMEDIATE`` transactions. ``Store.connection`` is public for later tables (messages,
+memory) that add their own migrations and queries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from runtime.errors import ConfigError, Conflict, InvalidInput, NotFound
+from runtime.logging import get_logger
+from runtime.store import ids
+from runtime.store.migrations import apply_migrations
+from runtime.store.models import (
+    LABEL_MAX,
+    NAME_PATTERN,
+    ROLES,
+    TITLE_MAX,
+    Role,
+    SessionRecord,
+    Tenant,
+    TokenRecord,
+)
+
+log = get_logger(__name__)
+
+TOKEN_PLAINTEXT_PREFIX = "navi_"
+TOKEN_MAX_CHARS = 256
+BOOTSTRAP_MIN_CHARS = 16
+ADMIN_TENANT = "admin"
+_NAME_RE = re.compile(NAME_PATTERN.replace("$", r"\Z"))
+
+
+def hash_token(plaintext: str) -> str:
+    """SHA-256 hex digest of a bearer token (tokens carry 256 random bits: no salt needed)."""
+    return hashlib.sha256(plaintext.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_token_plaintext() -> str:
+    return TOKEN_PLAINTEXT_PREFIX + secrets.token_urlsafe(32)
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidInput(
+            "tenant name must be 1-64 characters: letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def _check_role(role: object) -> Role:
+    if role not in ROLES:
+        raise InvalidInput(f"role must be one of {', '.join(ROLES)}")
+    return role  # type: ignore[return-value]
+
+
+def _check_label(label: object) -> str | None:
+    if label is None:
+        return None
+    if not isinstance(label, str) or len(label) > LABEL_MAX or not label.isprintable():
+        raise InvalidInput(f"label must be printable text of at most {LABEL_MAX} characters")
+    return label
+
+
+class Store:
+    """Async access to ``navi.sqlite3``. Open with ``await Store.open(path)``; ``await close()``."""
+
+    def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
+        self._db = connection
+        self.path = path
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> Store:
+        """Open (creating if needed, mode 0600) the database at ``path`` and migrate it."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Create the file ourselves so it (and SQLite's -wal/-shm, which copy its mode) is 0600.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        db = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            await db.execute("PRAGMA busy_timeout = 5000")
+            async with db.execute("PRAGMA journal_mode = WAL") as cur:
+                mode = await cur.fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                log.warning("store_not_wal", journal_mode=mode[0] if mode else None)
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await apply_migrations(db)
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db, path)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def connection(self) -> aiosqlite.Connection:
+        """The underlying connection (autocommit), for modules that add their own tables."""
+        return self._db
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception)."""
+        await self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            await self._db.execute("ROLLBACK")
+            raise
+        await self._db.execute("COMMIT")
+
+    async def _one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
+        async with self._db.execute(sql, params) as cur:
+            row: sqlite3.Row | None = await cur.fetchone()
+        return row
+
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
+        async with self._db.execute(sql, params) as cur:
+            rows = await cur.fetchall()
+        return list(rows)
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    async def create_tenant(self, name: str) -> Tenant:
+        """New tenant; ``Conflict`` if the name (case-insensitive) is taken."""
+        tenant = Tenant(id=ids.new_tenant_id(), name=_check_name(name), created_at=time.time())
+        try:
+            await self._db.execute(
+                "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
+                (tenant.id, tenant.name, tenant.created_at),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"a tenant named {tenant.name!r} already exists") from exc
+        log.info("tenant_created", tenant=tenant.id, name=tenant.name)
+        return tenant
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        if not ids.is_tenant_id(tenant_id):
+            return None
+        row = await self._one("SELECT id, name, created_at FROM tenants WHERE id = ?",
+                              (tenant_id,))
+        return Tenant(**dict(row)) if row else None
+
+    async def get_tenant_by_name(self, name: str) -> Tenant | None:
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            return None
+        row = await self._one("SELECT id, name, created_at FROM tenants WHERE name = ?", (name,))
+        return Tenant(**dict(row)) if row else None
+
+    async def list_tenants(self) -> list[Tenant]:
+        rows = await self._all("SELECT id, name, created_at FROM tenants ORDER BY created_at", ())
+        return [Tenant(**dict(r)) for r in rows]
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    async def create_token(
+        self, tenant_id: str, role: Role, label: str | None = None
+    ) -> tuple[str, TokenRecord]:
+        """A new bearer token for ``tenant_id``: ``(plaintext, record)``; only the hash is kept."""
+        _check_role(role)
+        if await self.get_tenant(tenant_id) is None:
+            raise NotFound("no such tenant")
+        plaintext = new_token_plaintext()
+        record = await self._insert_token(tenant_id, role, _check_label(label), plaintext)
+        return plaintext, record
+
+    async def _insert_token(
+        self, tenant_id: str, role: Role, label: str | None, plaintext: str,
+        *, bootstrap: bool = False,
+    ) -> TokenRecord:
+        record = TokenRecord(id=ids.new_token_id(), tenant_id=tenant_id, role=role, label=label,
+                             created_at=time.time())
+        await self._db.execute(
+            "INSERT INTO tokens (id, tenant_id, role, label, token_hash, created_at, bootstrap) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (record.id, tenant_id, role, label, hash_token(plaintext), record.created_at,
+             int(bootstrap)),
+        )
+        log.info("token_created", tenant=tenant_id, token_id=record.id, role=role)
+        return record
+
+    async def authenticate(self, plaintext: str | None) -> TokenRecord | None:
+        """The live token record whose hash matches ``plaintext``, or ``None``.
+
+        The lookup is by digest (an attacker cannot steer the comparison byte by byte: the
+        digest of their guess is unrelated to the stored one), and the final equality check is
+        ``hmac.compare_digest`` anyway.
+        """
+        if not isinstance(plaintext, str) or not 0 < len(plaintext) <= TOKEN_MAX_CHARS:
+            return None
+        digest = hash_token(plaintext)
+        row = await self._one(
+            "SELECT id, tenant_id, role, label, token_hash, created_at, revoked_at "
+            "FROM tokens WHERE token_hash = ?",
+            (digest,),
+        )
+        if row is None or not hmac.compare_digest(row["token_hash"], digest):
+            return None
+        if row["revoked_at"] is not None:
+            return None
+        fields = dict(row)
+        del fields["token_hash"]
+        return TokenRecord(**fields)
+
+    async def get_token(self, token_id: str) -> TokenRecord | None:
+        if not ids.is_token_id(token_id):
+            return None
+        row = await self._one(
+            "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens WHERE id = ?",
+            (token_id,),
+        )
+        return TokenRecord(**dict(row)) if row else None
+
+    async def list_tokens(self, tenant_id: str) -> list[TokenRecord]:
+        rows = await self._all(
+            "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens "
+            "WHERE tenant_id = ? ORDER BY created_at",
+            (tenant_id,),
+        )
+        return [TokenRecord(**dict(r)) for r in rows]
+
+    async def revoke_token(self, token_id: str, tenant_id: str | None = None) -> bool:
+        """Revoke a token (scoped to ``tenant_id`` when given). ``True`` if it was live."""
+        if not ids.is_token_id(token_id):
+            return False
+        sql = "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        params: tuple[Any, ...] = (time.time(), token_id)
+        if tenant_id is not None:
+            sql += " AND tenant_id = ?"
+            params += (tenant_id,)
+        async with self._db.execute(sql, params) as cur:
+            changed = cur.rowcount > 0
+        if changed:
+            log.info("token_revoked", token_id=token_id)
+        return changed
+
+    async def ensure_bootstrap_admin(self, plaintext: str) -> TokenRecord:
+        """Idempotently: tenant ``admin`` plus an admin token whose hash is that of ``plaintext``.
+
+        A token already stored with that hash is returned as it is; if it was revoked it stays
+        revoked (revocation wins over the environment), which is logged. A new bootstrap token
+        revokes the previous bootstrap tokens, so rotating ``NAVI_ADMIN_TOKEN`` retires the old.
+        """
+        if not isinstance(plaintext, str) or not (
+            BOOTSTRAP_MIN_CHARS <= len(plaintext) <= TOKEN_MAX_CHARS
+        ):
+            raise ConfigError(
+                f"NAVI_ADMIN_TOKEN must be {BOOTSTRAP_MIN_CHARS}-{TOKEN_MAX_CHARS} characters"
+            )
+        async with self.transaction() as db:
+            async with db.execute(
+                "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens "
+                "WHERE token_hash = ?",
+                (hash_token(plaintext),),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                record = TokenRecord(**dict(row))
+                if record.revoked_at is not None:
+                    log.warning("bootstrap_token_revoked", token_id=record.id)
+                return record
+            async with db.execute("SELECT id FROM tenants WHERE name = ?", (ADMIN_TENANT,)) as c:
+                tenant_row = await c.fetchone()
+            if tenant_row is None:
+                tenant_id = ids.new_tenant_id()
+                await db.execute(
+                    "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
+                    (tenant_id, ADMIN_TENANT, time.time()),
+                )
+            else:
+                tenant_id = tenant_row["id"]
+            await db.execute(
+                "UPDATE tokens SET revoked_at = ? WHERE bootstrap = 1 AND revoked_at IS NULL",
+                (time.time(),),
+            )
+            return await self._insert_token(tenant_id, "admin", "bootstrap", plaintext,
+                                            bootstrap=True)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create_session(
+        self, tenant_id: str, profile: str, title: str | None = None
+    ) -> SessionRecord:
+        if title is not None and (len(title) > TITLE_MAX or not title.isprintable()):
+            raise InvalidInput(f"title must be printable text of at most {TITLE_MAX} characters")
+        if not isinstance(profile, str) or not _NAME_RE.match(profile):
+            raise InvalidInput("malformed profile name")
+        if await self.get_tenant(tenant_id) is None:
+            raise NotFound("no such tenant")
+        record = SessionRecord(id=ids.new_session_id(), tenant_id=tenant_id, profile=profile,
+                               title=title, created_at=time.time())
+        await self._db.execute(
+            "INSERT INTO sessions (id, tenant_id, profile, title, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (record.id, tenant_id, profile, title, record.created_at),
+        )
+        log.info("session_created", tenant=tenant_id, session=record.id, profile=profile)
+        return record
+
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
+        """The session if it exists AND belongs to ``tenant_id``; otherwise ``None``."""
+        if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):
+            return None
+        row = await self._one(
+            "SELECT id, tenant_id, profile, title, created_at FROM sessions "
+            "WHERE id = ? AND tenant_id = ?",
+            (session_id, tenant_id),
+        )
+        return SessionRecord(**dict(row)) if row else None
+
+    async def list_sessions(self, tenant_id: str) -> list[SessionRecord]:
+        rows = await self._all(
+            "SELECT id, tenant_id, profile, title, created_at FROM sessions "
+            "WHERE tenant_id = ? ORDER BY created_at, id",
+            (tenant_id,),
+        )
+        return [SessionRecord(**dict(r)) for r in rows]
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> bool:
+        """Delete the tenant's session row; ``False`` if there was none (or not theirs)."""
+        if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):
+            return False
+        async with self._db.execute(
+            "DELETE FROM sessions WHERE id = ? AND tenant_id = ?", (session_id, tenant_id)
+        ) as cur:
+            deleted = cur.rowcount > 0
+        if deleted:
+            log.info("session_deleted", tenant=tenant_id, session=session_id)
+        return deleted
