@@ -35,6 +35,9 @@ class Action(BaseModel):
     timeout_s: float | None = None
     tool_hash: str | None = Field(None, description="content hash of a user tool file")
     first_use: bool = False
+    approved_hash: str | None = Field(
+        None, description="the tool_hash this tenant last approved (for `ask: hash_change`)"
+    )
 
 
 class Decision(BaseModel):

@@ -1,0 +1,249 @@
+"""The one decision point: ``PolicyEngine.decide(subject, action) -> Decision``. Pure, no I/O.
+
+Order of evaluation (the first rule that matches decides; its id goes into the Decision):
+
+1. the role may run tools at all              deny ``roles.<role>.run_tools``
+2. the tenant is assigned (by name, else `*`)   deny ``default.deny``
+3. the session's profile is one of the tenant's deny ``tenants.<t>.profiles``
+4. the role may use that profile               deny ``profiles.<p>.roles``
+5. profile deny list, then tenant overlay deny  deny ``profiles.<p>.deny[<entry>]``,
+                                                     ``tenants.<t>.deny[<entry>]``
+6. profile allow list (else deny by default)    deny ``default.deny``
+7. tenant overlay allow list (when given)       deny ``tenants.<t>.allow``
+8. argument constraints (code_exec languages)   deny ``profiles.<p>.tools.code_exec.languages``
+9. approvals (profile, then overlays)           ask  ``profiles.<p>.approvals[<i>]``
+10.                                             allow ``profiles.<p>.allow[<entry>]``
+
+So an explicit deny always beats an allow, and anything unnamed is denied. Tenant overlays
+(the tenant's entry in the server policy, and any overlay added with ``with_overlay``) only
+add denies and approvals, intersect allow and egress lists and lower limits: they can never
+widen what the server policy grants.
+
+Limits: DESIGN defaults -> `defaults.limits` -> profile `limits` -> per-tool `limits` (the
+server policy is the admin's: it may raise within the hard bounds of ``Limits``); overlays
+then take the minimum. A requested ``timeout_s`` is clamped to `max_timeout_s` (300 unless
+lowered) and the Decision's ``limits.timeout_s`` is the timeout to use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Literal
+
+from runtime.policy.decision import Action, Decision, Role, Subject
+from runtime.policy.loader import load_policy
+from runtime.policy.model import (
+    TOOL_GROUP,
+    TOOL_NAME,
+    USER_TOOLS_GROUP,
+    ApprovalRule,
+    LimitsSpec,
+    PolicyFile,
+    Quotas,
+    QuotasSpec,
+    TenantOverlay,
+    TenantRule,
+)
+from runtime.sandbox.models import Limits
+
+Permission = Literal["run_tools", "read_audit", "manage"]
+DEFAULT_MAX_TIMEOUT_S = 300.0
+
+
+def _spec(spec: LimitsSpec) -> dict[str, float | int]:
+    return {k: v for k, v in spec.model_dump().items() if v is not None}
+
+
+def _quota_spec(spec: QuotasSpec) -> dict[str, int]:
+    return {k: v for k, v in spec.model_dump().items() if v is not None}
+
+
+class PolicyEngine:
+    """Decides tool calls against one server policy plus optional per-tenant overlays."""
+
+    def __init__(
+        self, policy: PolicyFile, overlays: Mapping[str, TenantOverlay] | None = None
+    ) -> None:
+        self.policy = policy
+        self._overlays = dict(overlays or {})
+        base: dict[str, float | int] = dict(Limits().model_dump())
+        base["max_timeout_s"] = DEFAULT_MAX_TIMEOUT_S
+        base.update(_spec(policy.defaults.limits))
+        self._base_limits = base
+        self._default_quotas = Quotas(**{**Quotas().model_dump(),
+                                         **_quota_spec(policy.defaults.quotas)})
+
+    @classmethod
+    def from_file(cls, path: Path) -> PolicyEngine:
+        return cls(load_policy(path))
+
+    def with_overlay(self, tenant: str, overlay: TenantOverlay) -> PolicyEngine:
+        """A new engine where `tenant` also carries `overlay` (which can only tighten)."""
+        return PolicyEngine(self.policy, {**self._overlays, tenant: overlay})
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def tenant_rule(self, tenant: str) -> tuple[str, TenantRule] | None:
+        rule = self.policy.tenants.get(tenant)
+        if rule is not None:
+            return tenant, rule
+        star = self.policy.tenants.get("*")
+        return ("*", star) if star is not None else None
+
+    def default_profile(self, tenant: str) -> str | None:
+        found = self.tenant_rule(tenant)
+        if found is None:
+            return None
+        rule = found[1]
+        if rule.default_profile:
+            return rule.default_profile
+        return "developer" if "developer" in rule.profiles else rule.profiles[0]
+
+    def permits(self, role: Role, permission: Permission) -> bool:
+        rule = self.policy.roles.get(role)
+        return bool(rule is not None and getattr(rule, permission))
+
+    def quotas(self, tenant: str) -> Quotas:
+        """Server `defaults.quotas`, replaced by the tenant's entry, lowered by any overlay."""
+        values = self._default_quotas.model_dump()
+        found = self.tenant_rule(tenant)
+        if found is not None:
+            values.update(_quota_spec(found[1].quotas))
+        overlay = self._overlays.get(tenant)
+        if overlay is not None:
+            for key, value in _quota_spec(overlay.quotas).items():
+                values[key] = min(values[key], value)
+        return Quotas(**values)
+
+    @staticmethod
+    def tool_group(tool: str, declared_group: str | None = None) -> str | None:
+        """Built-in tools have a fixed group; any other tool can only be a user tool."""
+        if tool in TOOL_GROUP:
+            return TOOL_GROUP[tool]
+        if declared_group in ("user_tools", USER_TOOLS_GROUP):
+            return USER_TOOLS_GROUP
+        return None
+
+    # -- the decision -----------------------------------------------------------------------
+
+    def decide(self, subject: Subject, action: Action) -> Decision:
+        tool = action.tool
+        role = self.policy.roles.get(subject.role)
+        if role is None or not role.run_tools:
+            return _deny(f"roles.{subject.role}.run_tools",
+                         f"role {subject.role!r} may not run tools")
+        found = self.tenant_rule(subject.tenant)
+        if found is None:
+            return _deny("default.deny", f"tenant {subject.tenant!r} is not assigned by the policy")
+        tkey, trule = found
+        if subject.profile not in trule.profiles:
+            return _deny(f"tenants.{tkey}.profiles", f"profile {subject.profile!r} is not "
+                         f"assigned to tenant {subject.tenant!r}")
+        profile = self.policy.profiles.get(subject.profile)
+        if profile is None:
+            return _deny("default.deny", f"no profile {subject.profile!r}")
+        if subject.role not in profile.roles:
+            return _deny(f"profiles.{subject.profile}.roles",
+                         f"role {subject.role!r} may not use profile {subject.profile!r}")
+        if not TOOL_NAME.match(tool):
+            return _deny("default.deny", "not a tool name")
+        group = self.tool_group(tool, action.group)
+        ppath = f"profiles.{subject.profile}"
+        overlays: list[tuple[str, TenantOverlay]] = [(f"tenants.{tkey}", trule)]
+        extra = self._overlays.get(subject.tenant)
+        if extra is not None:
+            overlays.append((f"overlays.{subject.tenant}", extra))
+
+        hit = _match(profile.deny, tool, group)
+        if hit:
+            return _deny(f"{ppath}.deny[{hit}]",
+                         f"{tool!r} is denied by profile {subject.profile!r}")
+        for prefix, overlay in overlays:
+            hit = _match(overlay.deny, tool, group)
+            if hit:
+                return _deny(f"{prefix}.deny[{hit}]", f"{tool!r} is denied for this tenant")
+        allowed_by = _match(profile.allow, tool, group)
+        if not allowed_by:
+            return _deny("default.deny",
+                         f"{tool!r} is not named by profile {subject.profile!r} (deny by default)")
+        for prefix, overlay in overlays:
+            if overlay.allow is not None and not _match(overlay.allow, tool, group):
+                return _deny(f"{prefix}.allow", f"{tool!r} is not in this tenant's allow list")
+        tool_rule = profile.tools.get(tool)
+        if tool == "code_exec" and tool_rule is not None and tool_rule.languages is not None:
+            language = action.args.get("language")
+            if language not in tool_rule.languages:
+                return _deny(f"{ppath}.tools.code_exec.languages",
+                             f"language {language!r} is not allowed by profile "
+                             f"{subject.profile!r}")
+
+        limits = self._limits(profile.limits, tool_rule.limits if tool_rule else None,
+                              [o.limits for _, o in overlays], action.timeout_s)
+        image = (tool_rule.image if tool_rule and tool_rule.image else None) \
+            or self.policy.images.get(tool) or (self.policy.images.get(group) if group else None)
+        egress: list[str] = []
+        if tool_rule is not None and tool_rule.network == "egress":
+            egress = [h for h in tool_rule.egress if h in self.policy.network.egress_allowlist]
+            for _, overlay in overlays:
+                if overlay.egress is not None:
+                    egress = [h for h in egress if h in overlay.egress]
+        common = {"limits": limits, "image": image,
+                  "network": "egress" if egress else "none", "egress_allowlist": egress}
+
+        approvals: list[tuple[str, Iterable[ApprovalRule]]] = [(ppath, profile.approvals)]
+        approvals += [(prefix, o.approvals) for prefix, o in overlays]
+        for prefix, rules in approvals:
+            for i, rule in enumerate(rules):
+                if _match(rule.tools, tool, group) and _triggers(rule, action):
+                    return Decision(verdict="ask", rule=f"{prefix}.approvals[{i}]",
+                                    reason=_ask_reason(rule, tool), **common)
+        return Decision(verdict="allow", rule=f"{ppath}.allow[{allowed_by}]",
+                        reason=f"{tool!r} is allowed by profile {subject.profile!r}", **common)
+
+    def _limits(
+        self, profile: LimitsSpec, tool: LimitsSpec | None, overlays: list[LimitsSpec],
+        requested: float | None,
+    ) -> Limits:
+        values = dict(self._base_limits)
+        values.update(_spec(profile))
+        if tool is not None:
+            values.update(_spec(tool))
+        for overlay in overlays:
+            for key, value in _spec(overlay).items():
+                values[key] = min(values[key], value)
+        ceiling = float(values.pop("max_timeout_s"))
+        default = float(values["timeout_s"])
+        wanted = requested if requested is not None and math.isfinite(requested) \
+            and requested > 0 else default
+        values["timeout_s"] = min(wanted, ceiling)
+        return Limits(**values)
+
+
+def _deny(rule: str, reason: str) -> Decision:
+    return Decision(verdict="deny", rule=rule, reason=reason)
+
+
+def _match(refs: Iterable[str], tool: str, group: str | None) -> str | None:
+    for ref in refs:
+        if ref == tool or (group is not None and ref == group):
+            return ref
+    return None
+
+
+def _triggers(rule: ApprovalRule, action: Action) -> bool:
+    if rule.when == "always":
+        return True
+    if rule.when == "first_use":
+        return action.first_use
+    # hash_change: no hash, or not the hash this tenant approved last -> ask (fail closed)
+    return action.tool_hash is None or action.tool_hash != action.approved_hash
+
+
+def _ask_reason(rule: ApprovalRule, tool: str) -> str:
+    return {
+        "always": f"{tool!r} always needs approval",
+        "first_use": f"first use of {tool!r} needs approval",
+        "hash_change": f"{tool!r} changed since it was last approved",
+    }[rule.when]

@@ -1,0 +1,249 @@
+"""The shape of a policy file (`policies/*.yaml`), validated strictly: an unknown key is an error.
+
+A policy names profiles (tool allow/deny lists, approvals, per-tool limits), the images
+tools run in, the egress allowlist, what each role may do, and which tenants may use which
+profiles under which quotas. A tenant entry may also carry an *overlay* (allow/deny/
+approvals/limits/egress/quotas) that can only tighten what the server policy grants.
+
+Structure (every key optional unless noted)::
+
+    version: 1                      # required
+    defaults: {limits: {...}, quotas: {...}}
+    images: {code_exec: python, "group:cad": openscad, ...}
+    network: {egress_allowlist: [pypi.org]}
+    roles: {user: {run_tools: true}, auditor: {read_audit: true}, admin: {...}}
+    profiles: {NAME: {roles, allow, deny, approvals, limits, tools: {TOOL: {...}}}}
+    tenants: {NAME | "*": {profiles, default_profile, quotas, allow, deny, approvals,
+                            limits, egress}}
+
+Semantics live in ``runtime.policy.engine``; cross-references (a tenant naming a profile
+that does not exist, an unknown group) are checked in ``runtime.policy.loader``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from runtime.policy.decision import Role
+from runtime.sandbox.models import MiB
+
+GROUPS: dict[str, frozenset[str]] = {
+    "group:exec": frozenset({"code_exec", "terminal"}),
+    "group:fs": frozenset({"filesystem"}),
+    "group:web": frozenset({"http_request", "web_view"}),
+    "group:memory": frozenset({"memory", "todo", "scratchpad"}),
+    "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),
+    "group:meta": frozenset(
+        {"list_tools", "tool_manual", "image_view", "write_tool", "test_tool", "reload_tools",
+         "delete_tool"}
+    ),
+}
+USER_TOOLS_GROUP = "group:user_tools"
+ALL_GROUPS = frozenset(GROUPS) | {USER_TOOLS_GROUP}
+BUILTIN_TOOLS: frozenset[str] = frozenset().union(*GROUPS.values())
+TOOL_GROUP: dict[str, str] = {tool: group for group, tools in GROUPS.items() for tool in tools}
+
+TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+_HOST = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
+_IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_TENANT = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")
+
+
+def _tool_ref(value: str) -> str:
+    """A tool name or a known `group:` name."""
+    if value.startswith("group:"):
+        if value not in ALL_GROUPS:
+            known = ", ".join(sorted(ALL_GROUPS))
+            raise ValueError(f"unknown group {value!r} (known: {known})")
+        return value
+    if not TOOL_NAME.match(value):
+        raise ValueError(f"{value!r} is not a tool name ([a-z][a-z0-9_]*) nor a group:NAME")
+    return value
+
+
+def _host(value: str) -> str:
+    if not _HOST.match(value) or len(value) > 253:
+        raise ValueError(f"{value!r} is not a host name (names only: no scheme, port or path)")
+    return value
+
+
+def _image_name(value: str) -> str:
+    if not _IMAGE_NAME.match(value):
+        raise ValueError(f"{value!r} is not an image name (e.g. python, tools-runner)")
+    return value
+
+
+ToolRef = Annotated[str, AfterValidator(_tool_ref)]
+Host = Annotated[str, AfterValidator(_host)]
+ImageName = Annotated[str, AfterValidator(_image_name)]
+ApprovalWhen = Literal["always", "first_use", "hash_change"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsSpec(Strict):
+    """Partial limits; unset keys inherit. Bounds are the hard bounds of ``Limits``."""
+
+    timeout_s: float | None = Field(None, gt=0, le=300, description="default timeout")
+    max_timeout_s: float | None = Field(
+        None, gt=0, le=300, description="largest timeout a caller may ask for (clamped)"
+    )
+    memory_mb: int | None = Field(None, ge=16, le=65536)
+    pids: int | None = Field(None, ge=8, le=32768)
+    cpus: float | None = Field(None, gt=0, le=64)
+    tmp_mb: int | None = Field(None, ge=1, le=65536)
+    output_bytes: int | None = Field(None, ge=1024, le=256 * MiB, description="per stream")
+    nofile: int | None = Field(None, ge=16, le=1048576)
+    fsize_mb: int | None = Field(None, ge=1, le=65536, description="largest file (disk)")
+
+
+class QuotasSpec(Strict):
+    """Partial per-tenant quotas; unset keys inherit from `defaults.quotas`."""
+
+    max_concurrent: int | None = Field(None, ge=1, le=1024)
+    execs_per_minute: int | None = Field(None, ge=1, le=100000)
+    session_disk_mb: int | None = Field(None, ge=1, le=1048576)
+    upload_mb: int | None = Field(None, ge=1, le=65536)
+
+
+class Quotas(Strict):
+    """Resolved quotas of one tenant."""
+
+    max_concurrent: int = 4
+    execs_per_minute: int = 60
+    session_disk_mb: int = 1024
+    upload_mb: int = 100
+
+
+class Defaults(Strict):
+    limits: LimitsSpec = LimitsSpec()
+    quotas: QuotasSpec = QuotasSpec()
+
+
+class ToolRule(Strict):
+    """Per-tool settings inside a profile."""
+
+    limits: LimitsSpec = LimitsSpec()
+    image: ImageName | None = None
+    languages: list[Literal["python", "bash"]] | None = Field(
+        None, description="code_exec only: languages this profile may run"
+    )
+    network: Literal["none", "egress"] = "none"
+    egress: list[Host] = Field(
+        default_factory=list, description="hosts (a subset of network.egress_allowlist)"
+    )
+
+
+class ApprovalRule(Strict):
+    tools: list[ToolRef] = Field(min_length=1)
+    when: ApprovalWhen
+
+
+class Profile(Strict):
+    description: str = ""
+    roles: list[Role] = Field(default_factory=lambda: ["user", "admin"])
+    allow: list[ToolRef] = Field(default_factory=list)
+    deny: list[ToolRef] = Field(default_factory=list)
+    approvals: list[ApprovalRule] = Field(default_factory=list)
+    limits: LimitsSpec = LimitsSpec()
+    tools: dict[str, ToolRule] = Field(default_factory=dict)
+
+
+class TenantOverlay(Strict):
+    """What a tenant entry (or a tenant's own policy) may add: it can only tighten.
+
+    `allow`, when given, is intersected with the profile's allow list; `deny` and
+    `approvals` add to the profile's; `limits` and `quotas` can only lower; `egress`,
+    when given, is intersected with the tool's egress list.
+    """
+
+    allow: list[ToolRef] | None = None
+    deny: list[ToolRef] = Field(default_factory=list)
+    approvals: list[ApprovalRule] = Field(default_factory=list)
+    limits: LimitsSpec = LimitsSpec()
+    egress: list[Host] | None = None
+    quotas: QuotasSpec = QuotasSpec()
+
+
+class TenantRule(TenantOverlay):
+    """Assignment of a tenant (or `*` = any tenant not named) to profiles, plus its overlay."""
+
+    profiles: list[str] = Field(min_length=1)
+    default_profile: str | None = None
+
+
+class RoleRule(Strict):
+    run_tools: bool = False
+    read_audit: bool = False
+    manage: bool = False
+
+
+def _default_roles() -> dict[Role, RoleRule]:
+    return {
+        "user": RoleRule(run_tools=True),
+        "auditor": RoleRule(read_audit=True),
+        "admin": RoleRule(run_tools=True, read_audit=True, manage=True),
+    }
+
+
+def _default_images() -> dict[str, ImageName]:
+    return {
+        "code_exec": "python",
+        "terminal": "python",
+        USER_TOOLS_GROUP: "tools-runner",
+        "group:cad": "openscad",
+    }
+
+
+class Network(Strict):
+    egress_allowlist: list[Host] = Field(default_factory=list)
+
+
+class PolicyFile(Strict):
+    version: Literal[1]
+    description: str = ""
+    defaults: Defaults = Defaults()
+    images: dict[ToolRef, ImageName] = Field(default_factory=_default_images)
+    network: Network = Network()
+    roles: dict[Role, RoleRule] = Field(default_factory=_default_roles)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    tenants: dict[str, TenantRule] = Field(default_factory=dict)
+
+
+def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]:
+    """Cross-reference checks pydantic cannot express; each problem with its location."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    allow = set(policy.network.egress_allowlist)
+    for pname, profile in policy.profiles.items():
+        if not TOOL_NAME.match(pname):
+            problems.append((("profiles", pname), f"{pname!r} is not a profile name"))
+        for tname, rule in profile.tools.items():
+            loc: tuple[str | int, ...] = ("profiles", pname, "tools", tname)
+            if not TOOL_NAME.match(tname):
+                problems.append((loc, f"{tname!r} is not a tool name"))
+            if rule.languages is not None and tname != "code_exec":
+                problems.append((loc + ("languages",), "languages applies to code_exec only"))
+            for i, host in enumerate(rule.egress):
+                if host not in allow:
+                    problems.append(
+                        (loc + ("egress", i), f"{host!r} is not in network.egress_allowlist")
+                    )
+            if rule.network == "egress" and not rule.egress:
+                problems.append((loc + ("network",), "network: egress needs an egress list"))
+    for tname, tenant in policy.tenants.items():
+        if not _TENANT.match(tname):
+            problems.append((("tenants", tname), f"{tname!r} is not a tenant name"))
+        for i, pname in enumerate(tenant.profiles):
+            if pname not in policy.profiles:
+                problems.append((("tenants", tname, "profiles", i), f"no profile {pname!r}"))
+        if tenant.default_profile is not None and tenant.default_profile not in tenant.profiles:
+            problems.append(
+                (("tenants", tname, "default_profile"), "default_profile must be in profiles")
+            )
+    return problems
