@@ -82,7 +82,11 @@ class _Builder:
                 self.marks[loc + (i,)] = item.start_mark
                 items.append(self.build(item, loc + (i,)))
             return items
-        return self.scalars.construct_object(node)
+        try:
+            return self.scalars.construct_object(node)
+        except yaml.YAMLError as exc:
+            reason = getattr(exc, "problem", None) or "bad value"
+            _raise(self.source, node.start_mark, loc, f"not valid YAML: {reason}")
 
 
 def _raise(source: str, mark: yaml.Mark | None, loc: Loc, message: str) -> None:
