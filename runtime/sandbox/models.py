@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MiB = 1024 * 1024
 
+SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+"""Ids that become container labels and host path components (artifacts)."""
+
 
 class Limits(BaseModel):
     """Resource limits of one execution. Defaults are DESIGN's; a policy may only lower them."""
@@ -48,9 +51,9 @@ class ExecRequest(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     network: Literal["none"] = "none"
     labels: dict[str, str] = Field(default_factory=dict)
-    exec_id: str
+    exec_id: str = Field(pattern=SAFE_ID_PATTERN)
     tenant: str = "local"
-    session: str = "local"
+    session: str = Field("local", pattern=SAFE_ID_PATTERN)
 
 
 class OutputChunk(BaseModel):
@@ -75,7 +78,9 @@ class ExecResult(BaseModel):
     stdout_size: int = Field(0, description="bytes produced before truncation")
     stderr_size: int = 0
     artifacts: list[str] = Field(
-        default_factory=list, description="workspace paths of full outputs kept on truncation"
+        default_factory=list,
+        description="host paths of full outputs kept on truncation, outside the workspace "
+        "(<data_dir>/artifacts/<session>/<exec_id>.stdout|.stderr)",
     )
 
     @property

@@ -1,0 +1,117 @@
+"""The hijacked attach socket of one container: stdin in, demultiplexed stdout/stderr out.
+
+We attach *before* starting the container, so no output can be missed, and talk raw frames:
+Docker multiplexes a non-TTY container's output as ``[type, 0, 0, 0, size (4 bytes BE)]``
+followed by ``size`` bytes, with type 1 = stdout, 2 = stderr. Stdin is written and then
+half-closed (``shutdown(SHUT_WR)``); with ``StdinOnce`` the engine then closes the program's
+stdin, so it sees EOF. The stream ends (EOF) when the container exits or is killed.
+
+Reading and writing block, so each runs in its own dedicated thread (not a pool worker: a
+long call must never starve the threads that would kill it). ``in_thread`` bridges a thread
+back to the event loop as a future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from runtime.logging import get_logger
+from runtime.sandbox.capture import StreamCapture
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+STDOUT, STDERR = 1, 2
+READ_SIZE = 1 << 16
+
+
+def raw_socket(attached: Any) -> socket.socket:
+    """The real socket under what ``APIClient.attach_socket`` returns (a SocketIO on unix)."""
+    sock = getattr(attached, "_sock", attached)
+    if not isinstance(sock, socket.socket):
+        raise TypeError(f"unexpected attach socket type {type(sock).__name__}")
+    sock.settimeout(None)  # a call may be silent for its whole timeout
+    return sock
+
+
+def in_thread(fn: Callable[..., T], *args: Any, name: str) -> asyncio.Future[T]:
+    """Run ``fn(*args)`` in a new daemon thread; the returned future resolves on the loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def target() -> None:
+        try:
+            outcome = (True, fn(*args))
+        except BaseException as exc:  # handed to the awaiting coroutine
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # loop already closed: nobody is waiting any more
+            pass
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return future
+
+
+def feed_stdin(sock: socket.socket, data: bytes) -> None:
+    """Write all of ``data`` then half-close; a program that exits early is not an error."""
+    try:
+        if data:
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def pump_output(
+    sock: socket.socket,
+    captures: dict[int, StreamCapture],
+    emit: Callable[[str, bytes], None] | None,
+) -> None:
+    """Read frames until EOF, feeding each stream's capture and emitting the live part."""
+    try:
+        with sock.makefile("rb", buffering=READ_SIZE) as reader:
+            while True:
+                header = reader.read(8)
+                if len(header) < 8:
+                    return
+                kind, size = header[0], int.from_bytes(header[4:8], "big")
+                capture = captures.get(kind)
+                while size:
+                    piece = reader.read(min(size, READ_SIZE))
+                    if not piece:
+                        return
+                    size -= len(piece)
+                    if capture is None:
+                        continue
+                    live = capture.feed(piece)
+                    if live and emit is not None:
+                        emit(capture.name, live)
+    except OSError as exc:  # we shut the socket down (kill, cancellation)
+        log.debug("attach_stream_closed", error=str(exc))
+
+
+def shutdown(attached: Any) -> None:
+    """Wake any thread blocked on the attach socket and release it."""
+    sock = getattr(attached, "_sock", attached)
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    for closable in (attached, sock):
+        try:
+            closable.close()
+        except OSError:
+            pass

@@ -1,0 +1,324 @@
+"""``DockerBackend``: every call in one fresh, hardened container, removed afterwards.
+
+One call, in engine round trips: inspect the image (its id is what runs and what the audit
+records) → create (``ContainerSpec``) → attach → start → [stream until EOF, or kill at the
+deadline] → inspect (exit code, OOMKilled; ``wait`` only if the engine has not caught up) →
+remove. The SDK is synchronous: short calls run in a backend-owned thread pool, the two
+blocking stream directions in dedicated threads (``attach.py``).
+
+Classified termination: a non-zero exit is a normal ``ExecResult`` ("your command failed");
+``timed_out`` when we killed it at ``limits.timeout_s`` (counted from the call's start, so
+the whole call takes at most timeout + kill + remove); ``oom_killed`` from the engine's
+``State.OOMKilled``; ``truncated`` when a stream passed ``limits.output_bytes``. "The
+sandbox broke" raises ``SandboxError`` / ``EngineUnavailable`` / ``ImageMissing``.
+The container is removed on every path, cancellation included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker.errors
+from docker import APIClient
+from docker.utils import kwargs_from_env
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.config import Settings
+from runtime.errors import SandboxError
+from runtime.logging import get_logger
+from runtime.sandbox import attach
+from runtime.sandbox.backend import OutputCallback
+from runtime.sandbox.capture import StreamCapture
+from runtime.sandbox.docker_errors import map_docker_errors
+from runtime.sandbox.hostmounts import HardenState, ensure_nosuid_nodev
+from runtime.sandbox.instance import load_instance_id
+from runtime.sandbox.models import ExecRequest, ExecResult, MiB, OutputChunk
+from runtime.sandbox.reaper import Reaper
+from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH, load_profile
+from runtime.sandbox.spec import ContainerSpec, build_spec
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+
+class DockerBackendConfig(BaseModel):
+    """Where the backend keeps things and whom it runs sandboxed code as."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_dir: Path
+    workspaces_root: Path
+    sandbox_uid: int = Field(65534, ge=1)
+    lease_grace_s: float = Field(30.0, ge=0)
+    seccomp_profile_path: Path = DEFAULT_PROFILE_PATH
+    instance_id: str | None = Field(None, description="None: the one kept in the data dir")
+    base_url: str | None = Field(None, description="None: DOCKER_HOST or the local socket")
+    artifact_max_bytes: int = Field(256 * MiB, ge=MiB)
+    harden_workspaces_root: bool = True
+    kill_grace_s: float = Field(5.0, gt=0, description="wait for the stream after a kill")
+    max_threads: int = Field(32, ge=4)
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_dir / "artifacts"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackendConfig:
+        values: dict[str, Any] = {
+            "data_dir": settings.data_dir.resolve(),
+            "workspaces_root": settings.workspaces_dir.resolve(),
+            "sandbox_uid": settings.sandbox_uid,
+            "lease_grace_s": settings.lease_grace_s,
+        }
+        return cls(**{**values, **overrides})
+
+
+class DockerBackend:
+    """``SandboxBackend`` on a Docker engine. ``await start()`` (or the first ``run``) connects."""
+
+    def __init__(self, config: DockerBackendConfig) -> None:
+        self.config = config
+        self._api: APIClient | None = None
+        self._instance_id: str | None = None
+        self._seccomp = ""
+        self._executor = ThreadPoolExecutor(config.max_threads, thread_name_prefix="navi-docker")
+        self._start_lock = asyncio.Lock()
+        self._running: dict[str, str] = {}
+        self.workspaces_root_state: HardenState | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackend:
+        return cls(DockerBackendConfig.from_settings(settings, **overrides))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, load the seccomp profile and the instance id, harden the workspaces root."""
+        async with self._start_lock:
+            if self._api is not None:
+                return
+            self._seccomp = load_profile(self.config.seccomp_profile_path)
+            self._instance_id = self.config.instance_id or load_instance_id(self.config.data_dir)
+            if self.config.harden_workspaces_root:
+                self.workspaces_root_state = ensure_nosuid_nodev(self.config.workspaces_root)
+            self._api = await self._call(self._connect)
+            log.info("docker_backend_started", instance=self._instance_id)
+
+    def _connect(self) -> APIClient:
+        kwargs = kwargs_from_env()
+        if self.config.base_url:
+            kwargs["base_url"] = self.config.base_url
+        with map_docker_errors("connect"):
+            return APIClient(version="auto", timeout=60, max_pool_size=64, **kwargs)
+
+    @property
+    def api(self) -> APIClient:
+        if self._api is None:
+            raise SandboxError("the Docker backend is not started")
+        return self._api
+
+    @property
+    def instance_id(self) -> str:
+        if self._instance_id is None:
+            raise SandboxError("the Docker backend is not started")
+        return self._instance_id
+
+    def reaper(self) -> Reaper:
+        """A reaper for this backend's instance, sharing its client and threads."""
+        return Reaper(self.api, self.instance_id, self._executor)
+
+    async def close(self) -> None:
+        """Kill what still runs (each call then removes its container) and disconnect."""
+        for exec_id in list(self._running):
+            await self.kill(exec_id)
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    # -- one call --------------------------------------------------------------------------
+
+    async def kill(self, exec_id: str) -> None:
+        container = self._running.get(exec_id)
+        if container is not None:
+            await self._call(self._kill_quietly, container)
+
+    def _kill_quietly(self, container: str) -> None:
+        try:
+            self.api.kill(container)
+        except docker.errors.APIError as exc:  # already exited (409) or removed (404)
+            if exc.status_code not in (404, 409):
+                log.warning("kill_failed", container=container[:12], error=str(exc))
+
+    def _image_id(self, image: str) -> str:
+        with map_docker_errors(f"inspect the image {image!r}", image=image):
+            return str(self.api.inspect_image(image)["Id"])
+
+    def _create(self, spec: ContainerSpec) -> str:
+        with map_docker_errors("create the sandbox container", image=spec.image):
+            host_config = self.api.create_host_config(**spec.host_config_kwargs())
+            return str(self.api.create_container(**spec.create_kwargs(host_config))["Id"])
+
+    def _remove(self, container: str) -> None:
+        try:
+            self.api.remove_container(container, force=True)
+        except docker.errors.NotFound:
+            pass
+        except Exception as exc:  # the reaper removes it later (lease)
+            log.error("container_remove_failed", container=container[:12], error=str(exc))
+
+    def _prepare_workspace(self, workspace: Path | None) -> None:
+        """The sandbox user must own the workspace directory to write in it."""
+        if workspace is None or os.geteuid() != 0:
+            return
+        st = os.lstat(workspace)
+        uid = self.config.sandbox_uid
+        if (st.st_uid, st.st_gid) != (uid, uid):
+            os.chown(workspace, uid, uid, follow_symlinks=False)
+
+    def _final_state(self, container: str) -> dict[str, Any]:
+        with map_docker_errors("inspect the finished sandbox container"):
+            state = self.api.inspect_container(container)["State"]
+            if state.get("Running") or state.get("Status") not in ("exited", "dead"):
+                self.api.wait(container)
+                state = self.api.inspect_container(container)["State"]
+        return dict(state)
+
+    async def run(
+        self, request: ExecRequest, on_output: OutputCallback | None = None
+    ) -> ExecResult:
+        await self.start()
+        started = time.monotonic()
+        deadline = started + request.limits.timeout_s
+        bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
+        image_id = await self._call(self._image_id, request.image)
+        lease_until = int(time.time() + request.limits.timeout_s + self.config.lease_grace_s) + 1
+        spec = build_spec(
+            request,
+            image_id=image_id,
+            seccomp_profile=self._seccomp,
+            sandbox_uid=self.config.sandbox_uid,
+            instance_id=self.instance_id,
+            lease_until=lease_until,
+            workspaces_root=self.config.workspaces_root,
+        )
+        self._prepare_workspace(request.workspace)
+        container = await self._call(self._create, spec)
+        self._running[request.exec_id] = container
+        try:
+            result = await self._drive(container, request, image_id, started, deadline, on_output)
+        finally:
+            self._running.pop(request.exec_id, None)
+            await asyncio.shield(self._call(self._remove, container))
+        bound.info(
+            "exec_finished",
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            oom_killed=result.oom_killed,
+            truncated=result.truncated,
+            duration_ms=result.duration_ms,
+        )
+        return result
+
+    async def _drive(
+        self,
+        container: str,
+        request: ExecRequest,
+        image_id: str,
+        started: float,
+        deadline: float,
+        on_output: OutputCallback | None,
+    ) -> ExecResult:
+        with map_docker_errors("attach to the sandbox container"):
+            attached = await self._call(
+                self.api.attach_socket,
+                container,
+                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0},
+            )
+        sock = attach.raw_socket(attached)
+        base = self.config.artifacts_dir / request.session / request.exec_id
+        captures = {
+            attach.STDOUT: StreamCapture(
+                name="stdout",
+                cap=request.limits.output_bytes,
+                artifact_path=base.with_name(f"{request.exec_id}.stdout"),
+                artifact_max=self.config.artifact_max_bytes,
+            ),
+            attach.STDERR: StreamCapture(
+                name="stderr",
+                cap=request.limits.output_bytes,
+                artifact_path=base.with_name(f"{request.exec_id}.stderr"),
+                artifact_max=self.config.artifact_max_bytes,
+            ),
+        }
+        live: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
+        forwarder = asyncio.create_task(_forward(live, on_output)) if on_output else None
+        loop = asyncio.get_running_loop()
+
+        def emit(stream: str, data: bytes) -> None:
+            loop.call_soon_threadsafe(live.put_nowait, OutputChunk(stream=stream, data=data))
+
+        timed_out = False
+        try:
+            with map_docker_errors("start the sandbox container"):
+                await self._call(self.api.start, container)
+            pump = attach.in_thread(
+                attach.pump_output, sock, captures, emit if on_output else None, name="navi-out"
+            )
+            attach.in_thread(attach.feed_stdin, sock, request.stdin, name="navi-in")
+            done, _ = await asyncio.wait({pump}, timeout=max(0.0, deadline - time.monotonic()))
+            if not done:
+                timed_out = True
+                await self._call(self._kill_quietly, container)
+                done, _ = await asyncio.wait({pump}, timeout=self.config.kill_grace_s)
+                if not done:
+                    attach.shutdown(attached)
+                    await pump
+            finished = time.monotonic()
+            state = await self._call(self._final_state, container)
+        finally:
+            attach.shutdown(attached)
+            for capture in captures.values():
+                capture.close()
+            if forwarder is not None:
+                live.put_nowait(None)
+                await forwarder
+        out, err = captures[attach.STDOUT], captures[attach.STDERR]
+        return ExecResult(
+            exec_id=request.exec_id,
+            exit_code=state.get("ExitCode"),
+            stdout=out.result(),
+            stderr=err.result(),
+            timed_out=timed_out,
+            oom_killed=bool(state.get("OOMKilled")),
+            truncated=out.truncated or err.truncated,
+            duration_ms=int((finished - started) * 1000),
+            image_digest=image_id,
+            stdout_size=out.size,
+            stderr_size=err.size,
+            artifacts=[str(c.artifact) for c in (out, err) if c.artifact is not None],
+        )
+
+
+async def _forward(queue: asyncio.Queue[OutputChunk | None], on_output: OutputCallback) -> None:
+    """Hand live chunks to the caller in order; a failing callback never breaks the call."""
+    healthy = True
+    while (chunk := await queue.get()) is not None:
+        if not healthy:
+            continue
+        try:
+            await on_output(chunk)
+        except Exception as exc:
+            healthy = False
+            log.warning("on_output_failed", error=str(exc))

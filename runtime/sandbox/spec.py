@@ -1,0 +1,248 @@
+"""``ContainerSpec``: every container the runtime creates, typed and frozen, secure by default.
+
+Nothing reaches the Docker SDK as loose ``HostConfig`` kwargs: ``build_spec`` turns an
+``ExecRequest`` into a ``ContainerSpec`` (validating env names, mounts and labels), and the
+spec renders itself into the SDK's create arguments. The protections of DESIGN "The sandbox"
+are fields with secure defaults; those that must never be relaxed are ``Literal`` types, so
+an insecure spec cannot even be constructed:
+
+    network none · no host namespaces (ipc/cgroupns private) · never privileged · cap-drop ALL
+    no-new-privileges · project seccomp profile · non-root uid:gid · read-only root
+    /tmp tmpfs rw,noexec,nosuid,nodev,size=… · HOME=/tmp · pids · memory = memory+swap
+    cpus · ulimits nofile/fsize/core=0 · --init · log driver none · navi.* labels
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.errors import InvalidInput
+from runtime.sandbox.models import ExecRequest, MiB
+
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RESERVED_ENV = frozenset({"PATH", "HOME", "LANG"})
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+MAX_ENV_BYTES = 64 * 1024
+FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev", "/tmp", "/etc", "/usr", "/bin", "/sbin", "/lib")
+
+LABEL_EXEC_ID = "navi.exec_id"
+LABEL_TENANT = "navi.tenant"
+LABEL_SESSION = "navi.session"
+LABEL_LEASE = "navi.lease_until"
+LABEL_INSTANCE = "navi.instance"
+
+
+class BindMount(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class ContainerSpec(BaseModel):
+    """One hardened container. Defaults are the secure ones; see the module docstring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str = Field(description="image id (sha256:…), so the digest is what really ran")
+    argv: tuple[str, ...] = Field(min_length=1)
+    env: dict[str, str]
+    workdir: str
+    user: str = Field(pattern=r"^[1-9][0-9]*:[1-9][0-9]*$", description="never root")
+    labels: dict[str, str]
+    mounts: tuple[BindMount, ...] = ()
+    seccomp_profile: str = Field(min_length=2, description="profile JSON text")
+
+    memory_bytes: int = Field(gt=0)
+    pids_limit: int = Field(gt=0)
+    nano_cpus: int = Field(gt=0)
+    tmp_bytes: int = Field(gt=0)
+    nofile: int = Field(gt=0)
+    fsize_bytes: int = Field(gt=0)
+
+    network_mode: Literal["none"] = "none"
+    privileged: Literal[False] = False
+    cap_drop: tuple[Literal["ALL"]] = ("ALL",)
+    no_new_privileges: Literal[True] = True
+    read_only_root: Literal[True] = True
+    ipc_mode: Literal["private"] = "private"
+    cgroupns: Literal["private"] = "private"
+    init: Literal[True] = True
+    log_driver: Literal["none"] = "none"
+    oom_score_adj: int = Field(1000, ge=0, le=1000, description="host OOM killer picks us first")
+    hostname: str = "sandbox"
+
+    def security_opt(self) -> list[str]:
+        opts = [f"seccomp={self.seccomp_profile}"]
+        if self.no_new_privileges:
+            opts.append("no-new-privileges:true")
+        return opts
+
+    def host_config_kwargs(self) -> dict[str, Any]:
+        """Arguments for ``APIClient.create_host_config``."""
+        from docker.types import LogConfig, Mount, Ulimit
+
+        return {
+            "network_mode": self.network_mode,
+            "privileged": self.privileged,
+            "cap_drop": list(self.cap_drop),
+            "security_opt": self.security_opt(),
+            "read_only": self.read_only_root,
+            "ipc_mode": self.ipc_mode,
+            "cgroupns": self.cgroupns,
+            "tmpfs": {"/tmp": f"rw,noexec,nosuid,nodev,size={self.tmp_bytes}"},
+            "pids_limit": self.pids_limit,
+            "mem_limit": self.memory_bytes,
+            "memswap_limit": self.memory_bytes,
+            "nano_cpus": self.nano_cpus,
+            "oom_score_adj": self.oom_score_adj,
+            "ulimits": [
+                Ulimit(name="nofile", soft=self.nofile, hard=self.nofile),
+                Ulimit(name="fsize", soft=self.fsize_bytes, hard=self.fsize_bytes),
+                Ulimit(name="core", soft=0, hard=0),
+            ],
+            "init": self.init,
+            "log_config": LogConfig(type=self.log_driver),
+            "mounts": [
+                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                for m in self.mounts
+            ],
+        }
+
+    def create_kwargs(self, host_config: dict[str, Any]) -> dict[str, Any]:
+        """Arguments for ``APIClient.create_container`` (stdin attached, closed after EOF)."""
+        return {
+            "image": self.image,
+            "command": list(self.argv),
+            "entrypoint": [],
+            "environment": [f"{k}={v}" for k, v in self.env.items()],
+            "working_dir": self.workdir,
+            "user": self.user,
+            "labels": dict(self.labels),
+            "hostname": self.hostname,
+            "stdin_open": True,
+            "tty": False,
+            "detach": False,
+            "network_disabled": True,
+            "use_config_proxy": False,
+            "host_config": host_config,
+        }
+
+
+def sandbox_env(requested: dict[str, str]) -> dict[str, str]:
+    """Only what the caller asked for (validated) plus PATH/HOME/LANG; never our environment."""
+    total = 0
+    for name, value in requested.items():
+        if not ENV_NAME_RE.fullmatch(name):
+            raise InvalidInput(f"environment variable name {name[:64]!r} is not allowed")
+        if name in RESERVED_ENV:
+            raise InvalidInput(f"environment variable {name} is set by the sandbox")
+        if "\x00" in value:
+            raise InvalidInput(f"environment variable {name} contains a NUL byte")
+        total += len(name) + len(value.encode("utf-8", "surrogateescape")) + 2
+    if total > MAX_ENV_BYTES:
+        raise InvalidInput(f"environment is larger than {MAX_ENV_BYTES} bytes")
+    return {**requested, "PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8"}
+
+
+def _check_target(target: str) -> str:
+    path = PurePosixPath(target)
+    if not path.is_absolute() or ".." in path.parts or str(path) != target or target == "/":
+        raise InvalidInput(f"mount target {target[:200]!r} must be a normalised absolute path")
+    for forbidden in FORBIDDEN_TARGETS:
+        if target == forbidden or target.startswith(forbidden + "/"):
+            raise InvalidInput(f"mount target {target!r} is not allowed")
+    return target
+
+
+def _check_source(source: Path, *, directory: bool) -> str:
+    if not source.is_absolute():
+        raise InvalidInput(f"mount source {str(source)[:200]!r} must be absolute")
+    try:
+        st = os.lstat(source)
+    except OSError as exc:
+        raise InvalidInput(f"mount source {source} does not exist") from exc
+    if stat.S_ISLNK(st.st_mode) or os.path.realpath(source) != str(source):
+        raise InvalidInput(f"mount source {source} must not be or contain a symlink")
+    if not (stat.S_ISDIR(st.st_mode) or (not directory and stat.S_ISREG(st.st_mode))):
+        kind = "directory" if directory else "regular file or directory"
+        raise InvalidInput(f"mount source {source} must be a {kind}")
+    return str(source)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def build_mounts(request: ExecRequest, workspaces_root: Path) -> tuple[BindMount, ...]:
+    """The workspace read-write at ``request.workdir`` plus read-only inputs; nothing else."""
+    mounts: list[BindMount] = []
+    targets: set[str] = set()
+    if request.workspace is not None:
+        source = _check_source(request.workspace, directory=True)
+        root = os.path.realpath(workspaces_root)
+        if os.path.commonpath([root, source]) != root or source == root:
+            raise InvalidInput("the workspace must be a directory below the workspaces root")
+        target = _check_target(request.workdir)
+        mounts.append(BindMount(source=source, target=target, read_only=False))
+        targets.add(target)
+    for mount in request.mounts:
+        if not mount.read_only:
+            raise InvalidInput(f"extra mount {mount.target!r} must be read-only")
+        target = _check_target(mount.target)
+        if any(_overlaps(target, other) for other in targets):
+            raise InvalidInput(f"mount target {target!r} overlaps another mount")
+        mounts.append(BindMount(source=_check_source(mount.source, directory=False), target=target))
+        targets.add(target)
+    return tuple(mounts)
+
+
+def build_labels(request: ExecRequest, *, instance_id: str, lease_until: int) -> dict[str, str]:
+    for key in request.labels:
+        if not LABEL_KEY_RE.fullmatch(key) or key.startswith("navi."):
+            raise InvalidInput(f"label {key[:64]!r} is not allowed (navi.* is reserved)")
+    return {
+        **request.labels,
+        LABEL_EXEC_ID: request.exec_id,
+        LABEL_TENANT: request.tenant,
+        LABEL_SESSION: request.session,
+        LABEL_LEASE: str(lease_until),
+        LABEL_INSTANCE: instance_id,
+    }
+
+
+def build_spec(
+    request: ExecRequest,
+    *,
+    image_id: str,
+    seccomp_profile: str,
+    sandbox_uid: int,
+    instance_id: str,
+    lease_until: int,
+    workspaces_root: Path,
+) -> ContainerSpec:
+    limits = request.limits
+    return ContainerSpec(
+        image=image_id,
+        argv=tuple(request.argv),
+        env=sandbox_env(request.env),
+        workdir=request.workdir if request.workspace is not None else "/tmp",
+        user=f"{sandbox_uid}:{sandbox_uid}",
+        labels=build_labels(request, instance_id=instance_id, lease_until=lease_until),
+        mounts=build_mounts(request, workspaces_root),
+        seccomp_profile=seccomp_profile,
+        memory_bytes=limits.memory_mb * MiB,
+        pids_limit=limits.pids,
+        nano_cpus=int(limits.cpus * 1_000_000_000),
+        tmp_bytes=limits.tmp_mb * MiB,
+        nofile=limits.nofile,
+        fsize_bytes=limits.fsize_mb * MiB,
+    )
