@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
@@ -25,3 +27,35 @@ class SandboxBackend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def stream_run(
+    backend: SandboxBackend, request: ExecRequest
+) -> AsyncIterator[OutputChunk | ExecResult]:
+    """The streaming variant of ``run``: output chunks as they come, then the ``ExecResult``.
+
+    Closing the iterator early (``aclose`` or a ``break`` in ``async for``) cancels the call,
+    which kills and removes its container.
+    """
+    chunks: asyncio.Queue[OutputChunk] = asyncio.Queue()
+
+    async def on_output(chunk: OutputChunk) -> None:
+        chunks.put_nowait(chunk)
+
+    call = asyncio.create_task(backend.run(request, on_output))
+    try:
+        while not call.done():
+            getter = asyncio.ensure_future(chunks.get())
+            await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+        while not chunks.empty():
+            yield chunks.get_nowait()
+        yield call.result()
+    finally:
+        if not call.done():
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
