@@ -1,0 +1,213 @@
+"""What every tool is: a name, a group, a JSON-schema'd parameter model and an async `execute`.
+
+Arguments are validated *before* anything runs (`Tool.validate` raises `InvalidInput` with a
+message an LLM can act on). A tool never reaches for global state: what a call needs (who
+asks, the session workspace, the Executor, the live-output callback) arrives in a
+`ToolContext`; what a tool needs for its whole life (a store, the registry) is given to its
+constructor by the app factory.
+
+Built-in tools subclass `BuiltinTool` and declare a pydantic `Params` model; its JSON Schema
+is what the model and `GET /v1/tools` see. User tools (agent-written) implement `Tool`
+directly and validate against their own JSON schema (see `runtime.tools.user`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.errors import InvalidInput
+from runtime.policy.decision import Action, Subject
+from runtime.sandbox.backend import OutputCallback
+
+ToolGroup = Literal[
+    "group:exec",
+    "group:fs",
+    "group:memory",
+    "group:meta",
+    "group:cad",
+    "group:web",
+    "group:user_tools",
+]
+GROUPS: tuple[str, ...] = ToolGroup.__args__  # type: ignore[attr-defined]
+
+TOOL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+
+class ToolParams(BaseModel):
+    """Base of every built-in parameter model: unknown arguments are an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class NoParams(ToolParams):
+    """For tools that take no arguments (`{}`)."""
+
+
+class ImageBlock(BaseModel):
+    """An image a tool hands back to the model (carried in `ToolResult.metadata["images"]`)."""
+
+    type: Literal["image"] = "image"
+    media_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    data_b64: str
+    path: str
+
+
+class ToolResult(BaseModel):
+    """`{success, output, error, metadata}`: the one shape every tool answers with."""
+
+    success: bool
+    output: str = ""
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, output: str = "", **metadata: Any) -> ToolResult:
+        return cls(success=True, output=output, metadata=metadata)
+
+    @classmethod
+    def fail(cls, error: str, output: str = "", **metadata: Any) -> ToolResult:
+        return cls(success=False, output=output, error=error, metadata=metadata)
+
+
+class ToolSpec(BaseModel):
+    """The public description of a tool: what `GET /v1/tools` lists and the LLM is shown."""
+
+    name: str
+    description: str
+    group: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ToolContext:
+    """Everything one call needs: who asks, where its files are, how to run code.
+
+    `workspace` is a `runtime.workspace` Workspace and `executor` a `runtime.executor`
+    Executor; both are typed loosely here so this module stays importable on its own.
+    `timeout_s` is the caller's requested timeout (the policy clamps it). `registry` is set
+    by `ToolRegistry.invoke` (the meta tools look other tools up through it).
+    """
+
+    subject: Subject
+    workspace: Any = None
+    executor: Any = None
+    on_output: OutputCallback | None = None
+    timeout_s: float | None = None
+    registry: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tenant(self) -> str:
+        return self.subject.tenant
+
+    @property
+    def session(self) -> str:
+        return self.subject.session
+
+
+class Tool(ABC):
+    """A callable capability. Subclasses set `name`, `description`, `group`."""
+
+    name: str
+    description: str
+    group: str
+    runs_in_sandbox: ClassVar[bool] = False
+    """True when `execute` goes through the Executor (which asks the policy and audits)."""
+
+    @abstractmethod
+    def parameters_schema(self) -> dict[str, Any]:
+        """JSON Schema (type object) of the arguments."""
+
+    @abstractmethod
+    def validate(self, args: Any) -> Any:
+        """Check `args`; return the validated form or raise `InvalidInput`."""
+
+    @abstractmethod
+    async def execute(self, params: Any, ctx: ToolContext) -> ToolResult:
+        """Run with validated `params` (from `validate`)."""
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            group=self.group,
+            parameters=self.parameters_schema(),
+        )
+
+    def probe_args(self) -> list[dict[str, Any]]:
+        """Argument sets the registry asks the policy about to decide whether to list the tool
+        (listed when any is not denied); e.g. `code_exec` probes each language."""
+        return [{}]
+
+    def action(self, args: dict[str, Any], ctx: ToolContext) -> Action:
+        """The Action the policy engine is asked about for this call."""
+        return Action(tool=self.name, args=args, group=self.group, timeout_s=ctx.timeout_s)
+
+
+class BuiltinTool(Tool):
+    """A tool shipped with the runtime, arguments described by a pydantic `Params` model."""
+
+    Params: ClassVar[type[ToolParams]] = NoParams
+
+    def parameters_schema(self) -> dict[str, Any]:
+        schema = clean_schema(self.Params.model_json_schema())
+        schema.pop("description", None)  # a model's docstring is for us, not for the LLM
+        return schema
+
+    def validate(self, args: Any) -> ToolParams:
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise InvalidInput(f"{self.name}: arguments must be a JSON object")
+        try:
+            return self.Params.model_validate(args)
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"{self.name}: invalid arguments: {format_validation_error(exc)}",
+                tool=self.name,
+            ) from None
+
+
+def format_validation_error(exc: ValidationError, limit: int = 5) -> str:
+    """One line per problem, `field: message`, without pydantic's URLs or input echo."""
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(arguments)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown argument"
+        elif err.get("type") == "missing":
+            msg = "required argument missing"
+        parts.append(f"{loc}: {msg}")
+    more = len(exc.errors()) - limit
+    if more > 0:
+        parts.append(f"(+{more} more)")
+    return "; ".join(parts)
+
+
+# Keywords whose value is a map of *names* to schemas: their keys are not keywords.
+_NAME_MAPS = {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"}
+_DATA_KEYWORDS = {"default", "examples", "enum", "const"}
+
+
+def clean_schema(schema: Any, *, in_name_map: bool = False) -> Any:
+    """Drop pydantic's auto-generated `title`s: noise for a small model, not information."""
+    if isinstance(schema, list):
+        return [clean_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if not in_name_map and key == "title":
+            continue
+        if in_name_map:
+            out[key] = clean_schema(value)
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        else:
+            out[key] = clean_schema(value, in_name_map=key in _NAME_MAPS)
+    return out

@@ -1,0 +1,20 @@
+"""The built-in tools (each module one family; they run no code but through the Executor)."""
+
+from runtime.tools.builtin.exec import CodeExecTool, TerminalTool
+from runtime.tools.builtin.filesystem import FilesystemTool
+from runtime.tools.builtin.image_view import ImageViewTool
+from runtime.tools.builtin.memory import MemoryTool
+from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
+from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
+
+__all__ = [
+    "CodeExecTool",
+    "FilesystemTool",
+    "ImageViewTool",
+    "ListToolsTool",
+    "MemoryTool",
+    "ScratchpadTool",
+    "TerminalTool",
+    "TodoTool",
+    "ToolManualTool",
+]

@@ -1,0 +1,108 @@
+"""`code_exec` and `terminal`: run agent-written code, always in a fresh sandbox container.
+
+The tool only says *what* to run (`call_for`); the Executor decides, audits and runs it in
+the image the policy names, with the session workspace as the working directory. Output
+streams to `ctx.on_output` while the container runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.tools.sandboxed import SandboxCall, SandboxOutcome, run_sandboxed
+
+# One argv string may not exceed the kernel's MAX_ARG_STRLEN (128 KiB).
+MAX_CODE_BYTES = 120 * 1024
+MAX_COMMAND_BYTES = 64 * 1024
+
+
+def _fits(value: str, limit: int, what: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    if len(value.encode("utf-8", errors="surrogatepass")) > limit:
+        raise ValueError(f"{what} is larger than {limit} bytes")
+    return value
+
+
+class CodeExecParams(ToolParams):
+    language: Literal["python", "bash"] = Field(description="python (3) or bash")
+    code: str = Field(min_length=1, description="the program text")
+
+    @field_validator("code")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        return _fits(value, MAX_CODE_BYTES, "code")
+
+
+class TerminalParams(ToolParams):
+    command: str = Field(min_length=1, description="a shell command line, run with bash -c")
+
+    @field_validator("command")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        return _fits(value, MAX_COMMAND_BYTES, "command")
+
+
+def outcome_result(outcome: SandboxOutcome) -> ToolResult:
+    """Exec fields in the metadata; `output` is stdout then stderr, as a model reads it."""
+    meta = outcome.metadata()
+    res = outcome.result
+    output = meta["stdout"]
+    if meta["stderr"]:
+        sep = "\n" if output and not output.endswith("\n") else ""
+        output = f"{output}{sep}[stderr]\n{meta['stderr']}"
+    if res.ok:
+        return ToolResult.ok(output, **meta)
+    if res.timed_out:
+        error = f"timed out after {outcome.timeout_s or '?'} s"
+    elif res.oom_killed:
+        error = "killed: out of memory"
+    else:
+        error = f"exit code {res.exit_code}"
+    return ToolResult.fail(error, output=output, **meta)
+
+
+class CodeExecTool(BuiltinTool):
+    name = "code_exec"
+    description = (
+        "Run a Python 3 or bash program in a fresh sandbox (no network, the session's files "
+        "as working directory); returns stdout, stderr and the exit code."
+    )
+    group = "group:exec"
+    Params = CodeExecParams
+    runs_in_sandbox: ClassVar[bool] = True
+
+    def probe_args(self) -> list[dict[str, Any]]:
+        return [{"language": "python"}, {"language": "bash"}]
+
+    @staticmethod
+    def call_for(params: CodeExecParams) -> SandboxCall:
+        if params.language == "python":
+            return SandboxCall(argv=["python3", "-I", "-c", params.code])
+        return SandboxCall(argv=["bash", "--noprofile", "--norc", "-c", params.code])
+
+    async def execute(self, params: CodeExecParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        action = self.action(params.model_dump(), ctx)
+        return outcome_result(await run_sandboxed(ctx, action, self.call_for(params)))
+
+
+class TerminalTool(BuiltinTool):
+    name = "terminal"
+    description = (
+        "Run one shell command line (bash -c) in a fresh sandbox with the session's files as "
+        "working directory; returns stdout, stderr and the exit code."
+    )
+    group = "group:exec"
+    Params = TerminalParams
+    runs_in_sandbox: ClassVar[bool] = True
+
+    @staticmethod
+    def call_for(params: TerminalParams) -> SandboxCall:
+        return SandboxCall(argv=["bash", "--noprofile", "--norc", "-c", params.command])
+
+    async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        action = self.action(params.model_dump(), ctx)
+        return outcome_result(await run_sandboxed(ctx, action, self.call_for(params)))

@@ -1,0 +1,98 @@
+"""`filesystem`: read, write, list, delete and move session files, on the host, safely.
+
+Every operation goes through `runtime.workspace.Workspace` (fd-relative, no symlinks, no
+special files, size limits); nothing here calls `os` on a workspace path. Workspace calls
+block, so they run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runtime.errors import InvalidInput
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+
+MAX_READ_BYTES = 1024 * 1024
+MAX_WRITE_CHARS = 10 * 1024 * 1024
+MAX_LISTED = 1000
+
+
+class FilesystemParams(ToolParams):
+    action: Literal["read", "write", "list", "delete", "move"] = Field(
+        description="read a text file, write (create/replace) one, list files under a "
+        "directory, delete a file or directory, move/rename"
+    )
+    path: str = Field(
+        "", max_length=1024, description="workspace-relative path, e.g. src/main.py"
+    )
+    content: str | None = Field(
+        None, max_length=MAX_WRITE_CHARS, description="the file's new text (write)"
+    )
+    destination: str | None = Field(
+        None, max_length=1024, description="new workspace-relative path (move)"
+    )
+    overwrite: bool = Field(False, description="move: replace an existing destination file")
+
+    @model_validator(mode="after")
+    def _needs(self) -> FilesystemParams:
+        if self.action != "list" and not self.path:
+            raise ValueError(f"action '{self.action}' needs a path")
+        if self.action == "write" and self.content is None:
+            raise ValueError("action 'write' needs content")
+        if self.action == "move" and not self.destination:
+            raise ValueError("action 'move' needs a destination")
+        return self
+
+
+class FilesystemTool(BuiltinTool):
+    name = "filesystem"
+    description = (
+        "Work with this session's files (the sandbox's working directory): read, write, "
+        "list, delete, move. Paths are relative to the workspace."
+    )
+    group = "group:fs"
+    Params = FilesystemParams
+
+    async def execute(self, params: FilesystemParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        ws = ctx.workspace
+        if ws is None:
+            raise InvalidInput("this call has no session workspace")
+        action = params.action
+        if action == "read":
+            data = await asyncio.to_thread(ws.read_bytes, params.path, max_bytes=MAX_READ_BYTES)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                return ToolResult.fail(
+                    f"{params.path} is not a UTF-8 text file ({len(data)} bytes); "
+                    "use image_view for images or code_exec to inspect binary data",
+                    path=params.path, size=len(data),
+                )
+            return ToolResult.ok(text, path=params.path, size=len(data))
+        if action == "write":
+            assert params.content is not None
+            entry = await asyncio.to_thread(
+                ws.write_bytes, params.path, params.content.encode("utf-8")
+            )
+            return ToolResult.ok(
+                f"wrote {entry.path} ({entry.size} bytes)", path=entry.path, size=entry.size
+            )
+        if action == "list":
+            entries = await asyncio.to_thread(ws.list, params.path)
+            shown = entries[:MAX_LISTED]
+            lines = [f"{e.path}\t{e.size}" for e in shown]
+            if len(entries) > MAX_LISTED:
+                lines.append(f"(+{len(entries) - MAX_LISTED} more)")
+            listing = [e.model_dump() for e in shown]
+            return ToolResult.ok("\n".join(lines) or "(no files)", files=listing)
+        if action == "delete":
+            await asyncio.to_thread(ws.delete, params.path)
+            return ToolResult.ok(f"deleted {params.path}", path=params.path)
+        assert params.destination is not None
+        stat = await asyncio.to_thread(
+            ws.move, params.path, params.destination, overwrite=params.overwrite
+        )
+        return ToolResult.ok(f"moved {params.path} to {stat.path}", path=stat.path)

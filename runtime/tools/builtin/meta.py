@@ -1,0 +1,72 @@
+"""`list_tools` and `tool_manual`: the agent discovers its tools (and broken user tools)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from runtime.errors import NotFound
+from runtime.tools.base import (
+    TOOL_NAME_PATTERN,
+    BuiltinTool,
+    NoParams,
+    ToolContext,
+    ToolParams,
+    ToolResult,
+)
+
+
+def _registry(ctx: ToolContext):  # type: ignore[no-untyped-def]
+    if ctx.registry is None:
+        raise NotFound("no tool registry in this context")
+    return ctx.registry
+
+
+class ListToolsTool(BuiltinTool):
+    name = "list_tools"
+    description = (
+        "List the tools you may use (name, group, one-line description), and user tools that "
+        "failed to load with their error."
+    )
+    group = "group:meta"
+    Params = NoParams
+
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        registry = _registry(ctx)
+        tools = await registry.available(ctx.subject)
+        catalog = await registry.catalog(ctx.tenant)
+        lines = []
+        for tool in sorted(tools, key=lambda t: (t.group, t.name)):
+            first = tool.description.strip().splitlines()[0] if tool.description else ""
+            lines.append(f"- {tool.name} ({tool.group}): {first}")
+        broken = dict(sorted(catalog.errors.items()))
+        disabled = sorted(n for n, t in catalog.tools.items() if not t.enabled)
+        if broken:
+            lines.append("")
+            lines.append("User tools that failed to load:")
+            lines += [f"- {name}: {error}" for name, error in broken.items()]
+        if disabled:
+            lines.append("")
+            lines.append("Disabled user tools: " + ", ".join(disabled))
+        listing = [
+            {"name": t.name, "group": t.group, "description": t.description} for t in tools
+        ]
+        return ToolResult.ok(
+            "\n".join(lines), tools=listing, errors=broken, disabled=disabled
+        )
+
+
+class ToolManualParams(ToolParams):
+    name: str = Field(
+        pattern=TOOL_NAME_PATTERN, description="the tool whose manual to read, e.g. code_exec"
+    )
+
+
+class ToolManualTool(BuiltinTool):
+    name = "tool_manual"
+    description = "Read the manual of a tool: what it does, its parameters, examples, limits."
+    group = "group:meta"
+    Params = ToolManualParams
+
+    async def execute(self, params: ToolManualParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        text = await _registry(ctx).manual(params.name, ctx.subject)
+        return ToolResult.ok(text, name=params.name)

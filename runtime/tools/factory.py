@@ -1,0 +1,89 @@
+"""Build the tool layer for one app: the stores tools keep state in, and the registry.
+
+Called by the app factory (and `navi exec`); nothing is created at import. `ToolServices`
+owns the two SQLite files of tool state (`<data_dir>/memory.sqlite3`,
+`<data_dir>/notes.sqlite3`) and must be closed at shutdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runtime.tools.builtin import (
+    CodeExecTool,
+    FilesystemTool,
+    ImageViewTool,
+    ListToolsTool,
+    MemoryTool,
+    ScratchpadTool,
+    TerminalTool,
+    TodoTool,
+    ToolManualTool,
+)
+from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
+from runtime.tools.memory_store import MemoryStore
+from runtime.tools.notes_store import NotesStore
+from runtime.tools.registry import Approver, PolicyLike, ToolRegistry
+from runtime.tools.user.catalog import UserToolCatalogs
+from runtime.tools.user.lifecycle import (
+    DeleteToolTool,
+    ReloadToolsTool,
+    ToolTestTool,
+    WriteToolTool,
+)
+from runtime.tools.user.store import DEFAULT_SHIPPED_DIR, UserToolStore
+
+
+@dataclass
+class ToolServices:
+    registry: ToolRegistry
+    memory: MemoryStore
+    notes: NotesStore
+    user_tools: UserToolCatalogs
+
+    async def open(self) -> None:
+        await self.memory.open()
+        await self.notes.open()
+
+    async def close(self) -> None:
+        await self.memory.close()
+        await self.notes.close()
+
+
+def build_tools(
+    data_dir: Path,
+    *,
+    policy: PolicyLike | None = None,
+    approver: Approver | None = None,
+    shipped_dir: Path | None = DEFAULT_SHIPPED_DIR,
+    manuals_dir: Path = DEFAULT_MANUALS_DIR,
+) -> ToolServices:
+    """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
+    data_dir = Path(data_dir)
+    memory = MemoryStore.in_data_dir(data_dir)
+    notes = NotesStore.in_data_dir(data_dir)
+    catalogs = UserToolCatalogs(UserToolStore(data_dir, shipped_dir))
+    tools = [
+        CodeExecTool(),
+        TerminalTool(),
+        FilesystemTool(),
+        TodoTool(notes),
+        ScratchpadTool(notes),
+        MemoryTool(memory),
+        ListToolsTool(),
+        ToolManualTool(),
+        ImageViewTool(),
+        WriteToolTool(catalogs),
+        ToolTestTool(catalogs),
+        ReloadToolsTool(catalogs),
+        DeleteToolTool(catalogs),
+    ]
+    registry = ToolRegistry(
+        tools,
+        policy=policy,
+        user_tools=catalogs,
+        approver=approver,
+        manuals=ManualLibrary(manuals_dir),
+    )
+    return ToolServices(registry=registry, memory=memory, notes=notes, user_tools=catalogs)

@@ -1,0 +1,152 @@
+"""Per-tenant long-term memory for the `memory` tool: SQLite FTS5 in its own file.
+
+The tables live in `<data_dir>/memory.sqlite3` (not the main database): memory is the one
+piece of tool state that grows with use and is searched by text, and keeping it apart
+means the store's migrations never have to know about it. Every query is scoped by tenant.
+A search string from a model is never handed to FTS5's query language as-is: it is split
+into words and each word is quoted, so no input can be a syntax error or an operator.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from runtime.errors import InvalidInput, NotFound
+
+MAX_CONTENT_CHARS = 16 * 1024
+MAX_MEMORIES_PER_TENANT = 10_000
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS memories (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant TEXT NOT NULL,
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS memories_tenant ON memories(tenant, id);
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
+    content, tags, content='memories', content_rowid='id', tokenize='unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memories_fts(rowid, content, tags) VALUES (new.id, new.content, new.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memories_fts(memories_fts, rowid, content, tags)
+    VALUES ('delete', old.id, old.content, old.tags);
+END;
+"""
+
+
+def fts_query(text: str, max_terms: int = 32) -> str | None:
+    """Words of `text`, each quoted, OR-ed; None when there are no words."""
+    words = _WORD.findall(text)[:max_terms]
+    if not words:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+class MemoryStore:
+    """save / search / forget, scoped by tenant. `open()` before use, `close()` at shutdown."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path) -> MemoryStore:
+        return cls(Path(data_dir) / "memory.sqlite3")
+
+    async def open(self) -> None:
+        if self._db is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(self.path)
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA foreign_keys=ON")
+            await db.executescript(_SCHEMA)
+            await db.commit()
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    async def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            await self.open()
+        assert self._db is not None
+        return self._db
+
+    async def save(self, tenant: str, content: str, tags: list[str] | None = None) -> int:
+        content = content.strip()
+        if not content:
+            raise InvalidInput("memory content is empty")
+        if len(content) > MAX_CONTENT_CHARS:
+            raise InvalidInput(f"memory content is longer than {MAX_CONTENT_CHARS} characters")
+        tag_text = " ".join(t.strip() for t in (tags or []) if t.strip())[:500]
+        db = await self._conn()
+        async with db.execute("SELECT COUNT(*) FROM memories WHERE tenant = ?", (tenant,)) as cur:
+            row = await cur.fetchone()
+        if row is not None and row[0] >= MAX_MEMORIES_PER_TENANT:
+            raise InvalidInput(
+                f"memory is full ({MAX_MEMORIES_PER_TENANT} entries); forget some first"
+            )
+        cur = await db.execute(
+            "INSERT INTO memories (tenant, content, tags, created_at) VALUES (?, ?, ?, ?)",
+            (tenant, content, tag_text, time.time()),
+        )
+        await db.commit()
+        assert cur.lastrowid is not None
+        return int(cur.lastrowid)
+
+    async def search(self, tenant: str, query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Best matches first (bm25); an empty query lists the most recent memories."""
+        db = await self._conn()
+        match = fts_query(query)
+        if match is None:
+            sql = (
+                "SELECT id, content, tags, created_at FROM memories WHERE tenant = ? "
+                "ORDER BY id DESC LIMIT ?"
+            )
+            params: tuple[Any, ...] = (tenant, limit)
+        else:
+            sql = (
+                "SELECT m.id, m.content, m.tags, m.created_at FROM memories_fts f "
+                "JOIN memories m ON m.id = f.rowid "
+                "WHERE memories_fts MATCH ? AND m.tenant = ? "
+                "ORDER BY bm25(memories_fts), m.id DESC LIMIT ?"
+            )
+            params = (match, tenant, limit)
+        async with db.execute(sql, params) as cur:
+            rows = await cur.fetchall()
+        return [
+            {"id": r[0], "content": r[1], "tags": r[2].split() if r[2] else [], "created_at": r[3]}
+            for r in rows
+        ]
+
+    async def forget(self, tenant: str, memory_id: int) -> None:
+        db = await self._conn()
+        cur = await db.execute(
+            "DELETE FROM memories WHERE id = ? AND tenant = ?", (memory_id, tenant)
+        )
+        await db.commit()
+        if cur.rowcount == 0:
+            raise NotFound(f"no memory with id {memory_id}")
+
+    async def count(self, tenant: str) -> int:
+        db = await self._conn()
+        async with db.execute("SELECT COUNT(*) FROM memories WHERE tenant = ?", (tenant,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0

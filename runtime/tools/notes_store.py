@@ -1,0 +1,192 @@
+"""Per-session working notes of the agent: the `todo` list and the `scratchpad` text.
+
+Kept in `<data_dir>/notes.sqlite3` so a plan survives a supervisor restart. Every row is
+keyed by (tenant, session); nothing here can reach another session's notes. The API calls
+`drop_session` when a session is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import aiosqlite
+
+from runtime.errors import InvalidInput, NotFound
+
+TodoStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
+MAX_TODOS = 200
+MAX_TODO_CHARS = 500
+MAX_SCRATCHPAD_CHARS = 64 * 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS todos (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    id INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    status TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session, id)
+);
+CREATE TABLE IF NOT EXISTS scratchpads (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    content TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session)
+);
+"""
+
+
+class NotesStore:
+    """Todo items and one scratchpad per (tenant, session)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path) -> NotesStore:
+        return cls(Path(data_dir) / "notes.sqlite3")
+
+    async def open(self) -> None:
+        if self._db is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(self.path)
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.executescript(_SCHEMA)
+            await db.commit()
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    async def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            await self.open()
+        assert self._db is not None
+        return self._db
+
+    # ---- todo ------------------------------------------------------------------------
+
+    async def todos(self, tenant: str, session: str) -> list[dict[str, Any]]:
+        db = await self._conn()
+        async with db.execute(
+            "SELECT id, title, status FROM todos WHERE tenant = ? AND session = ? ORDER BY id",
+            (tenant, session),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [{"id": r[0], "title": r[1], "status": r[2]} for r in rows]
+
+    async def add_todo(
+        self, tenant: str, session: str, title: str, status: TodoStatus = "pending"
+    ) -> int:
+        title = _check_title(title)
+        db = await self._conn()
+        async with db.execute(
+            "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM todos WHERE tenant = ? AND session = ?",
+            (tenant, session),
+        ) as cur:
+            row = await cur.fetchone()
+        count, last = (row[0], row[1]) if row else (0, 0)
+        if count >= MAX_TODOS:
+            raise InvalidInput(f"the todo list is full ({MAX_TODOS} items)")
+        new_id = int(last) + 1
+        await db.execute(
+            "INSERT INTO todos (tenant, session, id, title, status, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (tenant, session, new_id, title, status, time.time()),
+        )
+        await db.commit()
+        return new_id
+
+    async def update_todo(
+        self,
+        tenant: str,
+        session: str,
+        item_id: int,
+        *,
+        status: TodoStatus | None = None,
+        title: str | None = None,
+    ) -> None:
+        sets, values = [], []
+        if status is not None:
+            sets.append("status = ?")
+            values.append(status)
+        if title is not None:
+            sets.append("title = ?")
+            values.append(_check_title(title))
+        if not sets:
+            raise InvalidInput("todo update needs a status or a title")
+        db = await self._conn()
+        cur = await db.execute(
+            f"UPDATE todos SET {', '.join(sets)}, updated_at = ? "
+            "WHERE tenant = ? AND session = ? AND id = ?",
+            (*values, time.time(), tenant, session, item_id),
+        )
+        await db.commit()
+        if cur.rowcount == 0:
+            raise NotFound(f"no todo item {item_id}")
+
+    async def remove_todo(self, tenant: str, session: str, item_id: int) -> None:
+        db = await self._conn()
+        cur = await db.execute(
+            "DELETE FROM todos WHERE tenant = ? AND session = ? AND id = ?",
+            (tenant, session, item_id),
+        )
+        await db.commit()
+        if cur.rowcount == 0:
+            raise NotFound(f"no todo item {item_id}")
+
+    async def clear_todos(self, tenant: str, session: str) -> None:
+        db = await self._conn()
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.commit()
+
+    # ---- scratchpad --------------------------------------------------------------------
+
+    async def scratchpad(self, tenant: str, session: str) -> str:
+        db = await self._conn()
+        async with db.execute(
+            "SELECT content FROM scratchpads WHERE tenant = ? AND session = ?", (tenant, session)
+        ) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else ""
+
+    async def set_scratchpad(self, tenant: str, session: str, content: str) -> None:
+        if len(content) > MAX_SCRATCHPAD_CHARS:
+            raise InvalidInput(f"the scratchpad holds at most {MAX_SCRATCHPAD_CHARS} characters")
+        db = await self._conn()
+        await db.execute(
+            "INSERT INTO scratchpads (tenant, session, content, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (tenant, session) DO UPDATE SET content = excluded.content, "
+            "updated_at = excluded.updated_at",
+            (tenant, session, content, time.time()),
+        )
+        await db.commit()
+
+    async def drop_session(self, tenant: str, session: str) -> None:
+        db = await self._conn()
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.execute(
+            "DELETE FROM scratchpads WHERE tenant = ? AND session = ?", (tenant, session)
+        )
+        await db.commit()
+
+
+def _check_title(title: str) -> str:
+    title = " ".join(title.split())
+    if not title:
+        raise InvalidInput("todo title is empty")
+    if len(title) > MAX_TODO_CHARS:
+        raise InvalidInput(f"todo title is longer than {MAX_TODO_CHARS} characters")
+    return title

@@ -1,0 +1,185 @@
+"""The tool registry: which tools exist, which a caller may see, and the one way to call them.
+
+Built-in tools are registered once by the app factory; user tools come from the tenant's
+current `UserToolCatalogs` snapshot. What a caller *sees* (`available`, `specs`) is filtered
+by the policy engine: a tool is listed when the engine does not deny it for that subject
+(a tool's `probe_args` say which argument sets to ask about, e.g. each `code_exec`
+language). What a caller *runs* is decided again, per call, with the real arguments: tools
+that run code go through the Executor (quota, policy, audit, sandbox); tools that run no
+code are checked here with `PolicyEngine.decide` before `execute`. The policy always wins:
+a denied tool answers `PolicyDenied` (403, with the rule), it is not hidden as 404.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Collection, Iterable
+from typing import Any, Protocol
+
+from runtime.errors import InvalidInput, NotFound, PolicyDenied
+from runtime.policy.decision import Decision, Subject
+from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
+from runtime.tools.manuals import ManualLibrary, check_manual_name
+from runtime.tools.user.catalog import UserToolCatalogs
+from runtime.tools.user.store import ToolCatalog
+from runtime.tools.user.tool import UserTool, user_tool_manual
+
+
+class PolicyLike(Protocol):
+    def decide(self, subject: Subject, action: Any) -> Decision: ...
+
+
+class Approver(Protocol):
+    """Resolves an `ask` for a tool that runs no code (the Executor does it for the rest)."""
+
+    async def __call__(self, ctx: ToolContext, tool: Tool, decision: Decision) -> bool: ...
+
+
+class ToolRegistry:
+    def __init__(
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        policy: PolicyLike | None = None,
+        user_tools: UserToolCatalogs | None = None,
+        approver: Approver | None = None,
+        manuals: ManualLibrary | None = None,
+    ) -> None:
+        self._builtins: dict[str, Tool] = {}
+        self.policy = policy
+        self.user_tools = user_tools
+        self.approver = approver
+        self.manuals = manuals if manuals is not None else ManualLibrary()
+        for tool in tools:
+            self.register(tool)
+
+    # ---- contents --------------------------------------------------------------------
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._builtins:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._builtins[tool.name] = tool
+
+    def builtins(self) -> list[Tool]:
+        return list(self._builtins.values())
+
+    def builtin_names(self) -> frozenset[str]:
+        return frozenset(self._builtins)
+
+    async def catalog(self, tenant: str) -> ToolCatalog:
+        if self.user_tools is None:
+            return ToolCatalog()
+        return await self.user_tools.get(tenant)
+
+    async def all_tools(self, subject: Subject) -> list[Tool]:
+        """Built-ins plus the tenant's enabled user tools, before any policy filtering."""
+        tools = list(self._builtins.values())
+        if self.user_tools is not None:
+            catalog = await self.user_tools.get(subject.tenant)
+            store = self.user_tools.store
+            tools += [
+                UserTool(loaded, store)
+                for loaded in catalog.enabled()
+                if loaded.descriptor.name not in self._builtins
+            ]
+        return tools
+
+    async def lookup(self, name: str, subject: Subject) -> Tool:
+        """The tool called `name` for this tenant; `NotFound` if there is none (policy aside)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidInput("tool name must be a non-empty string")
+        tool = self._builtins.get(name)
+        if tool is not None:
+            return tool
+        if self.user_tools is not None:
+            catalog = await self.user_tools.get(subject.tenant)
+            loaded = catalog.tools.get(name)
+            if loaded is not None and loaded.enabled:
+                return UserTool(loaded, self.user_tools.store)
+            if name in catalog.errors:
+                raise NotFound(f"user tool {name!r} failed to load: {catalog.errors[name]}")
+            if loaded is not None:
+                raise NotFound(f"user tool {name!r} is not enabled")
+        raise NotFound(f"no tool named {name!r}")
+
+    # ---- what a caller may see ---------------------------------------------------------
+
+    def visible(self, tool: Tool, subject: Subject) -> bool:
+        if self.policy is None:
+            return True
+        for args in tool.probe_args():
+            probe = ToolContext(subject=subject)
+            decision = self.policy.decide(subject, tool.action(args, probe))
+            if decision.verdict != "deny":
+                return True
+        return False
+
+    async def available(
+        self, subject: Subject, *, only: Collection[str] | None = None
+    ) -> list[Tool]:
+        """Tools this subject may use (policy-filtered), optionally narrowed to `only`."""
+        tools = await self.all_tools(subject)
+        return [
+            t for t in tools if (only is None or t.name in only) and self.visible(t, subject)
+        ]
+
+    async def specs(
+        self, subject: Subject, *, only: Collection[str] | None = None
+    ) -> list[ToolSpec]:
+        return [t.spec() for t in await self.available(subject, only=only)]
+
+    async def spec(self, name: str, subject: Subject) -> ToolSpec:
+        """One visible tool's spec; a tool the policy hides answers `NotFound` here."""
+        tool = await self.lookup(name, subject)
+        if not self.visible(tool, subject):
+            raise NotFound(f"no tool named {name!r}")
+        return tool.spec()
+
+    async def manual(self, name: str, subject: Subject) -> str:
+        """The manual of a tool: `manuals/<name>.md`, or for a user tool one made from its
+        descriptor. `InvalidInput` on a bad name, `NotFound` when there is none."""
+        check_manual_name(name)
+        if name in self._builtins or self.user_tools is None:
+            return self.manuals.get(name)
+        catalog = await self.user_tools.get(subject.tenant)
+        loaded = catalog.tools.get(name)
+        if loaded is not None:
+            return user_tool_manual(loaded)
+        if name in catalog.errors:
+            raise NotFound(f"user tool {name!r} failed to load: {catalog.errors[name]}")
+        return self.manuals.get(name)
+
+    # ---- calling ---------------------------------------------------------------------
+
+    async def prepare(self, name: str, args: Any, subject: Subject) -> tuple[Tool, Any]:
+        """Look the tool up and validate `args`; nothing runs (`InvalidInput` on bad args)."""
+        tool = await self.lookup(name, subject)
+        return tool, tool.validate(args)
+
+    async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
+        """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
+        tool, params = await self.prepare(name, args, ctx.subject)
+        if ctx.registry is None:
+            ctx.registry = self
+        if not tool.runs_in_sandbox:
+            await self.authorize(tool, params, ctx)
+        return await tool.execute(params, ctx)
+
+    async def authorize(self, tool: Tool, params: Any, ctx: ToolContext) -> Decision | None:
+        """Policy check for a tool that runs no code (sandboxed tools: the Executor's job)."""
+        if self.policy is None:
+            return None
+        args = params.model_dump(mode="json") if hasattr(params, "model_dump") else params
+        decision = self.policy.decide(ctx.subject, tool.action(args, ctx))
+        if decision.verdict == "deny":
+            raise PolicyDenied(decision.reason, rule=decision.rule)
+        if decision.verdict == "ask":
+            approved = False
+            if self.approver is not None:
+                result = self.approver(ctx, tool, decision)
+                approved = bool(await result if inspect.isawaitable(result) else result)
+            if not approved:
+                raise PolicyDenied(
+                    f"{decision.reason}; not approved", rule=decision.rule, approval="denied"
+                )
+        return decision

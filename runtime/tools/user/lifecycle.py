@@ -1,0 +1,147 @@
+"""`write_tool`, `test_tool`, `reload_tools`, `delete_tool`: the agent manages its own tools.
+
+None of these import the tool: `write_tool` parses it (ast only) before storing it;
+`test_tool` runs it through the Executor in the tools-runner sandbox, exactly like a real
+call (the Action names the tool, its group `group:user_tools` and its content hash, so the
+policy decides about *that code*; `test_tool` itself is authorised by the registry first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import Field
+
+from runtime.policy.decision import Action
+from runtime.tools.base import (
+    TOOL_NAME_PATTERN,
+    BuiltinTool,
+    NoParams,
+    ToolContext,
+    ToolParams,
+    ToolResult,
+)
+from runtime.tools.user.catalog import UserToolCatalogs
+from runtime.tools.user.descriptor import MAX_TOOL_BYTES, ToolLoadError, validate_params
+from runtime.tools.user.tool import USER_TOOLS_GROUP, run_user_tool
+
+TEMPLATE_HINT = (
+    "A user tool is a Python file with module-level literals name, description, "
+    "parameters (a JSON Schema of type object) and `async def execute(params) -> str`."
+)
+
+
+class WriteToolParams(ToolParams):
+    name: str = Field(pattern=TOOL_NAME_PATTERN, description="tool name, e.g. word_count")
+    code: str = Field(
+        min_length=1, max_length=MAX_TOOL_BYTES,
+        description="the whole Python file; its module-level `name` must equal `name`",
+    )
+
+
+class WriteToolTool(BuiltinTool):
+    name = "write_tool"
+    description = (
+        "Create or replace one of your own tools. " + TEMPLATE_HINT
+        + " The file is checked (syntax, descriptor) but not run; call reload_tools "
+        "afterwards to use it by its name."
+    )
+    group = "group:meta"
+    Params = WriteToolParams
+
+    def __init__(self, catalogs: UserToolCatalogs) -> None:
+        self.catalogs = catalogs
+
+    async def execute(self, params: WriteToolParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        store = self.catalogs.store
+        reserved = set(store.reserved)
+        if ctx.registry is not None:
+            reserved |= set(ctx.registry.builtin_names())
+        if params.name in reserved:
+            return ToolResult.fail(f"{params.name!r} is the name of a built-in tool")
+        try:
+            desc = await asyncio.to_thread(store.write, ctx.tenant, params.name, params.code)
+        except ToolLoadError as exc:
+            return ToolResult.fail(f"tool not written: {exc.message}", name=params.name)
+        return ToolResult.ok(
+            f"wrote tool {desc.name} ({desc.size} bytes, sha256 {desc.sha256[:16]}…); "
+            "call reload_tools to use it",
+            name=desc.name, sha256=desc.sha256, size=desc.size,
+        )
+
+
+class ToolTestParams(ToolParams):
+    name: str = Field(pattern=TOOL_NAME_PATTERN, description="the user tool to run")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="arguments, checked against the tool's parameters"
+    )
+
+
+class ToolTestTool(BuiltinTool):
+    name = "test_tool"
+    description = (
+        "Run one of your tools once in the sandbox with the given params, as stored now "
+        "(before or after reload_tools), and show its result or error."
+    )
+    group = "group:meta"
+    Params = ToolTestParams
+
+    def __init__(self, catalogs: UserToolCatalogs) -> None:
+        self.catalogs = catalogs
+
+    async def execute(self, params: ToolTestParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        store = self.catalogs.store
+        try:
+            loaded = await asyncio.to_thread(store.load, ctx.tenant, params.name)
+        except ToolLoadError as exc:
+            return ToolResult.fail(f"{params.name} does not load: {exc.message}")
+        args = validate_params(loaded.descriptor, params.params)
+        action = Action(
+            tool=loaded.descriptor.name, args=args, group=USER_TOOLS_GROUP,
+            timeout_s=ctx.timeout_s, tool_hash=loaded.descriptor.sha256,
+        )
+        return await run_user_tool(loaded, store, args, ctx, action)
+
+
+class ReloadToolsTool(BuiltinTool):
+    name = "reload_tools"
+    description = "Reload your user tools from disk; lists what loaded and what failed."
+    group = "group:meta"
+    Params = NoParams
+
+    def __init__(self, catalogs: UserToolCatalogs) -> None:
+        self.catalogs = catalogs
+
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        catalog = await self.catalogs.reload(ctx.tenant)
+        enabled = sorted(t.descriptor.name for t in catalog.enabled())
+        disabled = sorted(n for n, t in catalog.tools.items() if not t.enabled)
+        lines = [f"loaded {len(enabled)} user tool(s): {', '.join(enabled) or '-'}"]
+        if disabled:
+            lines.append(f"disabled: {', '.join(disabled)}")
+        for name, error in sorted(catalog.errors.items()):
+            lines.append(f"failed: {name}: {error}")
+        return ToolResult.ok(
+            "\n".join(lines), loaded=enabled, disabled=disabled, errors=dict(catalog.errors),
+            hashes={t.descriptor.name: t.descriptor.sha256 for t in catalog.enabled()},
+        )
+
+
+class DeleteToolParams(ToolParams):
+    name: str = Field(pattern=TOOL_NAME_PATTERN, description="the user tool to delete")
+
+
+class DeleteToolTool(BuiltinTool):
+    name = "delete_tool"
+    description = "Delete one of your own tools (shipped tools cannot be deleted)."
+    group = "group:meta"
+    Params = DeleteToolParams
+
+    def __init__(self, catalogs: UserToolCatalogs) -> None:
+        self.catalogs = catalogs
+
+    async def execute(self, params: DeleteToolParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        await asyncio.to_thread(self.catalogs.store.delete, ctx.tenant, params.name)
+        await self.catalogs.drop(ctx.tenant, params.name)
+        return ToolResult.ok(f"deleted tool {params.name}", name=params.name)
