@@ -15,7 +15,8 @@
     ├── AuditIntegrityError         the chain does not verify
     └── SandboxError                the sandbox broke (not: the user's program failed)
         ├── EngineUnavailable       Docker engine unreachable
-        └── ImageMissing            sandbox image not built
+        ├── ImageMissing            sandbox image not built
+        └── ImageBuildError         a sandbox image could not be built
 """
 
 from __future__ import annotations
@@ -98,3 +99,7 @@ class EngineUnavailable(SandboxError):
 
 class ImageMissing(SandboxError):
     code = "image_missing"
+
+
+class ImageBuildError(SandboxError):
+    code = "image_build_failed"
