@@ -1,0 +1,97 @@
+"""What one audit record holds, and how its hash is computed (the chain's only definition).
+
+``hash = SHA-256(canonical_json(record without "hash"))`` where the record includes
+``prev_hash``, so each record commits to everything before it. Canonical JSON is sorted keys,
+no whitespace, ASCII only (every control character and non-ASCII code point escaped, so a
+record is always one safe line), no NaN. Verification hashes the stored JSON object as it
+is, so records written by an older or newer schema still verify.
+
+Inputs and outputs are never stored, only their SHA-256 digest and size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+GENESIS_HASH = "0" * 64
+Kind = Literal["intent", "outcome", "denied", "interrupted", "approval"]
+MAX_TEXT = 2000
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_json(value: Any) -> tuple[str, int]:
+    """SHA-256 and size of the canonical JSON of a value (tool arguments)."""
+    raw = canonical_json(value).encode("ascii")
+    return sha256_hex(raw), len(raw)
+
+
+def record_hash(body: dict[str, Any]) -> str:
+    """The hash of a record: over every field except ``hash`` itself (prev_hash included)."""
+    return sha256_hex(canonical_json({k: v for k, v in body.items() if k != "hash"}).encode())
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class AuditEntry(BaseModel):
+    """What a caller appends; the log adds seq, ts, instance, prev_hash and hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Kind
+    tenant: str
+    user: str | None = None
+    session: str | None = None
+    exec_id: str | None = None
+    tool: str | None = None
+    args_sha256: str | None = None
+    args_size: int | None = None
+    decision: str | None = Field(None, description="allow | deny | ask (approval: approved…)")
+    rule: str | None = None
+    reason: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    limits: dict[str, Any] | None = None
+    exit_code: int | None = None
+    timed_out: bool | None = None
+    oom_killed: bool | None = None
+    truncated: bool | None = None
+    stdout_sha256: str | None = None
+    stdout_size: int | None = None
+    stderr_sha256: str | None = None
+    stderr_size: int | None = None
+    duration_ms: int | None = None
+    detail: str | None = Field(None, description="error code, approver, cancellation cause…")
+
+    @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id")
+    @classmethod
+    def _cap(cls, value: str | None) -> str | None:
+        return value[:MAX_TEXT] if value is not None else None
+
+
+class AuditRecord(AuditEntry):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    seq: int
+    ts: str
+    instance: str | None = None
+    prev_hash: str
+    hash: str
+
+    @classmethod
+    def from_body(cls, body: str) -> AuditRecord:
+        return cls.model_validate(json.loads(body))

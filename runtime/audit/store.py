@@ -1,0 +1,381 @@
+"""The write-ahead, hash-chained audit log: ``<data_dir>/audit.sqlite3`` plus ``audit.jsonl``.
+
+One writer at a time: an ``asyncio.Lock`` inside the process, and across processes the
+mirror's ``flock`` around ``BEGIN IMMEDIATE … COMMIT`` (``synchronous=FULL``, WAL) and the
+mirror write (fsync). So ``seq`` is gap-free and ``append`` returns only once the record is
+durable in both places. Any failure to write is ``AuditUnavailable``: callers must not run
+anything (fail closed).
+
+Crash recovery: every process holds an exclusive lock on
+``audit.instances/<instance>.lock`` while the log is open. At open, an ``intent`` with no
+``outcome``/``interrupted`` record whose instance lock is free (its process is gone) is
+closed with an ``interrupted`` record, so the chain tells what was cut short. A live
+instance's in-flight executions are never touched.
+
+Signed checkpoints (``runtime.audit.signing``) pin the head every ``checkpoint_every``
+records, every ``checkpoint_interval_s`` and at close; the latest one is also written to
+``audit.checkpoint.json`` (atomically), outside the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import re
+import secrets
+import sqlite3
+import time
+from pathlib import Path
+from types import TracebackType
+
+import aiosqlite
+
+from runtime.audit.mirror import Mirror, fsync_dir
+from runtime.audit.records import (
+    GENESIS_HASH,
+    AuditEntry,
+    AuditRecord,
+    canonical_json,
+    record_hash,
+    utc_now,
+)
+from runtime.audit.signing import Checkpoint, Signer
+from runtime.errors import AuditUnavailable, ConfigError
+from runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+DB_NAME = "audit.sqlite3"
+MIRROR_NAME = "audit.jsonl"
+CHECKPOINT_NAME = "audit.checkpoint.json"
+INSTANCES_DIR = "audit.instances"
+_INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY, ts TEXT NOT NULL, kind TEXT NOT NULL, tenant TEXT,
+    session TEXT, exec_id TEXT, tool TEXT, instance TEXT,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_tenant ON audit (tenant, seq);
+CREATE INDEX IF NOT EXISTS audit_exec ON audit (exec_id);
+CREATE INDEX IF NOT EXISTS audit_session ON audit (session, seq);
+CREATE INDEX IF NOT EXISTS audit_kind ON audit (kind, seq);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, seq INTEGER NOT NULL, hash TEXT NOT NULL,
+    ts TEXT NOT NULL, key_id TEXT NOT NULL, signature TEXT NOT NULL
+);
+"""
+COLUMNS = ("seq", "ts", "kind", "tenant", "session", "exec_id", "tool", "instance",
+           "prev_hash", "hash")
+_OPEN_INTENTS = """
+SELECT body FROM audit AS a WHERE a.kind = 'intent' AND NOT EXISTS (
+    SELECT 1 FROM audit AS b WHERE b.exec_id = a.exec_id AND b.kind IN ('outcome', 'interrupted')
+) ORDER BY a.seq
+"""
+
+
+class AuditLog:
+    """Append-only audit chain of one data dir. Use ``async with AuditLog(...)``."""
+
+    def __init__(
+        self, data_dir: Path, *, instance: str | None = None, checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 60.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.instance = instance or "p-" + secrets.token_hex(6)
+        if not _INSTANCE.match(self.instance):
+            raise ConfigError(f"bad audit instance id {self.instance!r}")
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self._lock = asyncio.Lock()
+        self._db: aiosqlite.Connection | None = None
+        self._mirror = Mirror(self.data_dir / MIRROR_NAME)
+        self._signer: Signer | None = None
+        self._instance_fd: int | None = None
+        self._last_cp_seq = 0
+        self._last_cp_time = time.monotonic()
+        self._head: tuple[int, str] = (0, GENESIS_HASH)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / DB_NAME
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the last record this process wrote or saw."""
+        return self._head
+
+    async def __aenter__(self) -> AuditLog:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create or open the store, reconcile the mirror, close interrupted intents."""
+        if self._db is not None:
+            return
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._signer = await asyncio.to_thread(Signer.load_or_create, self.data_dir / "keys")
+            await asyncio.to_thread(self._lock_instance)
+            await asyncio.to_thread(self._mirror.open)
+            if not self.db_path.exists():  # private from the start; -wal/-shm inherit the mode
+                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            db = await aiosqlite.connect(self.db_path, isolation_level=None, timeout=30)
+            self._db = db
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=FULL")
+            await db.execute("PRAGMA busy_timeout=30000")
+            await db.executescript(SCHEMA)
+            async with db.execute(
+                "SELECT seq FROM checkpoints ORDER BY id DESC LIMIT 1"
+            ) as cur:
+                row = await cur.fetchone()
+            self._last_cp_seq = row[0] if row else 0
+            await self._recover()
+        except (OSError, sqlite3.Error) as exc:
+            await self._teardown()
+            raise AuditUnavailable(f"audit store unavailable: {exc}") from None
+        except BaseException:
+            await self._teardown()
+            raise
+        log.info("audit_open", path=str(self.db_path), head=self._head[0], instance=self.instance)
+
+    async def close(self) -> None:
+        """Write a final signed checkpoint, then release everything."""
+        if self._db is None:
+            return
+        try:
+            async with self._lock:
+                await self._checkpoint_locked()
+        except AuditUnavailable as exc:
+            log.warning("audit_close_checkpoint_failed", error=exc.message)
+        finally:
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            try:
+                await db.close()
+            except sqlite3.Error:
+                pass
+        self._mirror.close()
+        if self._instance_fd is not None:
+            try:  # a clean close leaves nothing in flight: the lock file can go
+                (self.data_dir / INSTANCES_DIR / f"{self.instance}.lock").unlink()
+            except OSError:
+                pass
+            os.close(self._instance_fd)  # releases the instance lock
+            self._instance_fd = None
+
+    def _lock_instance(self) -> None:
+        folder = self.data_dir / INSTANCES_DIR
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / f"{self.instance}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                f"audit instance {self.instance!r} is open in another process"
+            ) from None
+        self._instance_fd = fd
+
+    def _instance_alive(self, instance: str | None) -> bool:
+        if instance == self.instance:
+            return False  # we hold our own lock: earlier intents of ours are from a dead run
+        if instance is None or not _INSTANCE.match(instance):
+            return False
+        path = self.data_dir / INSTANCES_DIR / f"{instance}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    async def _recover(self) -> None:
+        """Mirror back-fill (via an empty append round) and interrupted intents."""
+        async with self._lock:
+            await self._write_locked([])
+            db = self._require_db()
+            async with db.execute(_OPEN_INTENTS) as cur:
+                bodies = [row[0] for row in await cur.fetchall()]
+            closes = []
+            for body in bodies:
+                intent = AuditRecord.from_body(body)
+                if await asyncio.to_thread(self._instance_alive, intent.instance):
+                    continue
+                closes.append(AuditEntry(
+                    kind="interrupted", tenant=intent.tenant, user=intent.user,
+                    session=intent.session, exec_id=intent.exec_id, tool=intent.tool,
+                    decision=intent.decision, rule=intent.rule, image=intent.image,
+                    limits=intent.limits,
+                    detail=f"no outcome recorded for intent seq {intent.seq} "
+                           f"(instance {intent.instance} ended)",
+                ))
+            if closes:
+                await self._write_locked(closes)
+                log.warning("audit_interrupted_closed", count=len(closes))
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def append(self, entry: AuditEntry) -> AuditRecord:
+        """Append one record durably (fsync'd in SQLite and the mirror) and return it."""
+        async with self._lock:
+            records = await self._write_locked([entry])
+            if (records[0].seq - self._last_cp_seq >= self.checkpoint_every
+                    or time.monotonic() - self._last_cp_time >= self.checkpoint_interval_s):
+                try:
+                    await self._checkpoint_locked()
+                except AuditUnavailable as exc:  # the record itself is durable
+                    log.warning("audit_checkpoint_failed", error=exc.message)
+            return records[0]
+
+    def _require_db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise AuditUnavailable("audit log is not open")
+        return self._db
+
+    async def _write_locked(self, entries: list[AuditEntry]) -> list[AuditRecord]:
+        db = self._require_db()
+        try:
+            mirror_seq = await asyncio.to_thread(self._mirror.lock)
+        except OSError as exc:
+            raise AuditUnavailable(f"audit mirror unavailable: {exc.strerror}") from None
+        try:
+            records, lines = await self._commit(db, entries, mirror_seq)
+            if lines:
+                await asyncio.to_thread(self._mirror.write, lines)
+        except (OSError, sqlite3.Error) as exc:
+            raise AuditUnavailable(f"audit store write failed: {exc}") from None
+        finally:
+            await asyncio.to_thread(self._mirror.unlock)
+        return records
+
+    async def _commit(
+        self, db: aiosqlite.Connection, entries: list[AuditEntry], mirror_seq: int | None
+    ) -> tuple[list[AuditRecord], list[str]]:
+        """Insert the entries in one transaction; returns them and the mirror lines to write."""
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            async with db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1") as cur:
+                row = await cur.fetchone()
+            seq, prev = (row[0], row[1]) if row else (0, GENESIS_HASH)
+            lines: list[str] = []  # back-fill first: what the mirror lacks
+            if mirror_seq is not None and mirror_seq < seq:
+                async with db.execute(
+                    "SELECT body FROM audit WHERE seq > ? ORDER BY seq", (mirror_seq,)
+                ) as cur:
+                    lines = [r[0] for r in await cur.fetchall()]
+            records = []
+            for entry in entries:
+                seq += 1
+                body = entry.model_dump(mode="json")
+                body.update(seq=seq, ts=utc_now(), instance=self.instance, prev_hash=prev)
+                body["hash"] = prev = record_hash(body)
+                text = canonical_json(body)
+                await db.execute(
+                    "INSERT INTO audit (seq, ts, kind, tenant, session, exec_id, tool, instance,"
+                    " prev_hash, hash, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    tuple(body[c] for c in COLUMNS) + (text,),
+                )
+                records.append(AuditRecord.model_validate(body))
+                lines.append(text)
+            await db.execute("COMMIT")
+        except BaseException:
+            try:
+                await db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        self._head = (seq, prev)
+        return records, lines
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    async def checkpoint(self) -> Checkpoint:
+        async with self._lock:
+            return await self._checkpoint_locked()
+
+    async def _checkpoint_locked(self) -> Checkpoint:
+        db = self._require_db()
+        assert self._signer is not None
+        try:
+            async with db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1") as cur:
+                row = await cur.fetchone()
+            seq, head = (row[0], row[1]) if row else (0, GENESIS_HASH)
+            cp = self._signer.sign(seq, head, utc_now())
+            await db.execute(
+                "INSERT INTO checkpoints (seq, hash, ts, key_id, signature) VALUES (?,?,?,?,?)",
+                (cp.seq, cp.hash, cp.ts, cp.key_id, cp.signature),
+            )
+            await asyncio.to_thread(self._write_checkpoint_file, cp)
+        except (OSError, sqlite3.Error) as exc:
+            raise AuditUnavailable(f"audit checkpoint failed: {exc}") from None
+        self._last_cp_seq, self._last_cp_time = seq, time.monotonic()
+        return cp
+
+    def _write_checkpoint_file(self, cp: Checkpoint) -> None:
+        path = self.data_dir / CHECKPOINT_NAME
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(canonical_json(cp.model_dump()) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.data_dir)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def records(
+        self, *, tenant: str | None = None, session: str | None = None, tool: str | None = None,
+        exec_id: str | None = None, kind: str | None = None, since_seq: int | None = None,
+        since_ts: str | None = None, limit: int = 1000,
+    ) -> list[AuditRecord]:
+        """Records in seq order, filtered; `since_seq` is exclusive, `since_ts` inclusive."""
+        db = self._require_db()
+        where, params = _filters(tenant=tenant, session=session, tool=tool, exec_id=exec_id,
+                                 kind=kind, since_seq=since_seq, since_ts=since_ts)
+        sql = f"SELECT body FROM audit {where} ORDER BY seq LIMIT ?"
+        try:
+            async with db.execute(sql, (*params, max(0, limit))) as cur:
+                return [AuditRecord.from_body(r[0]) for r in await cur.fetchall()]
+        except sqlite3.Error as exc:
+            raise AuditUnavailable(f"audit store unreadable: {exc}") from None
+
+
+def _filters(**kw: object) -> tuple[str, list[object]]:
+    clauses, params = [], []
+    for name in ("tenant", "session", "tool", "exec_id", "kind"):
+        if kw.get(name) is not None:
+            clauses.append(f"{name} = ?")
+            params.append(kw[name])
+    if kw.get("since_seq") is not None:
+        clauses.append("seq > ?")
+        params.append(kw["since_seq"])
+    if kw.get("since_ts") is not None:
+        clauses.append("ts >= ?")
+        params.append(kw["since_ts"])
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
