@@ -34,10 +34,13 @@ class WorkspaceLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_file_bytes: int = Field(100 * MiB, ge=0, description="largest single write (upload)")
-    max_disk_bytes: int = Field(1 * GiB, ge=0, description="all regular files of the session")
-    max_read_bytes: int = Field(100 * MiB, ge=0, description="largest read_bytes() into memory")
-    max_list_entries: int = Field(10_000, ge=1, description="list() stops after this many files")
-    max_scan_entries: int = Field(
-        200_000, ge=1, description="usage_bytes() gives up (refuses writes) beyond this many"
-    )
+    max_file_bytes: int = Field(default=100 * MiB, ge=0,
+                                description="largest single write (upload)")
+    max_disk_bytes: int = Field(default=1 * GiB, ge=0,
+                                description="all regular files of the session")
+    max_read_bytes: int = Field(default=100 * MiB, ge=0,
+                                description="largest read_bytes() into memory")
+    max_list_entries: int = Field(default=10_000, ge=1,
+                                  description="list() stops after this many files")
+    max_scan_entries: int = Field(default=200_000, ge=1,
+                                  description="usage_bytes() gives up (refuses writes) beyond")

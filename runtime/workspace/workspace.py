@@ -208,14 +208,14 @@ class Workspace:
         return AtomicWriter(self._resolver, dir_fd, parts[-1], shown, budget=budget,
                             too_large=too_large, owner=self.owner)
 
-    def write_bytes(self, path: str, data: bytes | Iterable[bytes], *,
+    def write_bytes(self, path: str, data: bytes | bytearray | Iterable[bytes], *,
                     max_bytes: int | None = None) -> FileEntry:
         """Atomically create or replace ``path`` with ``data`` (bytes or an iterable of chunks)."""
         size = len(data) if isinstance(data, bytes | bytearray | memoryview) else None
         out = self.writer(path, expected_size=size, max_bytes=max_bytes)
         try:
-            if size is not None:
-                out.write(data)  # type: ignore[arg-type]
+            if isinstance(data, bytes | bytearray | memoryview):
+                out.write(data)
             else:
                 for chunk in data:
                     out.write(chunk)
