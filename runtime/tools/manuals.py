@@ -69,10 +69,10 @@ class ManualLibrary:
                 )
             except OSError:
                 raise NotFound(f"no manual for {name!r}") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise NotFound(f"no manual for {name!r}")
             with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise NotFound(f"no manual for {name!r}")
                 data = fh.read(MAX_MANUAL_BYTES + 1)
         finally:
             os.close(dir_fd)

@@ -83,9 +83,10 @@ def _open_dir(path: Path) -> int:
 def _read_at(dir_fd: int, filename: str, cap: int) -> bytes:
     """Read a regular file (no symlink, no fifo) relative to `dir_fd`, at most `cap` bytes."""
     fd = os.open(filename, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ToolLoadError("not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise ToolLoadError("not a regular file")
         data = fh.read(cap + 1)
     if len(data) > cap:
         raise ToolLoadError(f"file is larger than {cap} bytes")

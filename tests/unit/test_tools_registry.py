@@ -1,0 +1,134 @@
+"""The registry: schemas the LLM sees, validation before running, policy filtering and denial."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runtime.config import PROJECT_ROOT
+from runtime.errors import InvalidInput, NotFound, PolicyDenied
+from runtime.policy import PolicyEngine, Subject
+from runtime.policy.model import TOOL_GROUP
+from runtime.tools import GROUPS, ToolContext, ToolServices, build_tools
+
+POLICIES = PROJECT_ROOT / "policies"
+
+
+@pytest.fixture
+async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
+    engine = PolicyEngine.from_file(POLICIES / "default.yaml")
+    svc = build_tools(tmp_path / "data", policy=engine)
+    await svc.open()
+    yield svc
+    await svc.close()
+
+
+def subject(profile: str = "developer", role: str = "user", tenant: str = "t1") -> Subject:
+    return Subject(tenant=tenant, role=role, profile=profile, session="s1")  # type: ignore[arg-type]
+
+
+def test_every_builtin_has_a_known_group_matching_the_policy(services: ToolServices) -> None:
+    for tool in services.registry.builtins():
+        assert tool.group in GROUPS
+        assert TOOL_GROUP[tool.name] == tool.group, tool.name
+
+
+def test_schemas_are_clean_json_schema_objects(services: ToolServices) -> None:
+    import jsonschema
+
+    for tool in services.registry.builtins():
+        schema = tool.parameters_schema()
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["type"] == "object"
+        assert schema.get("additionalProperties") is False
+        assert "title" not in schema and "description" not in schema
+        for prop in schema.get("properties", {}).values():
+            assert "title" not in prop
+
+
+async def test_specs_shape_and_policy_filtering(services: ToolServices) -> None:
+    dev = await services.registry.specs(subject("developer"))
+    names = {s.name for s in dev}
+    assert {"code_exec", "terminal", "filesystem", "memory", "write_tool", "word_count"} <= names
+    for spec in dev:
+        assert set(spec.model_dump()) == {"name", "description", "group", "parameters"}
+    sec = {s.name for s in await services.registry.specs(subject("secretary"))}
+    assert "filesystem" in sec and "memory" in sec
+    assert not sec & {"code_exec", "terminal", "write_tool", "word_count"}
+    # an auditor may not run tools at all
+    assert await services.registry.specs(subject(role="auditor")) == []
+    # `only` narrows, never widens
+    only = await services.registry.specs(subject("secretary"), only={"code_exec", "todo"})
+    assert [s.name for s in only] == ["todo"]
+
+
+async def test_hidden_tool_spec_is_404_but_call_is_403(services: ToolServices) -> None:
+    reg = services.registry
+    with pytest.raises(NotFound):
+        await reg.spec("write_tool", subject("secretary"))
+    ctx = ToolContext(subject=subject("secretary"))
+    with pytest.raises(PolicyDenied) as exc:
+        await reg.invoke("write_tool", {"name": "x", "code": "x"}, ctx)
+    assert exc.value.rule.startswith("profiles.secretary.deny")
+
+
+async def test_bad_args_are_invalid_input_before_anything_runs(services: ToolServices) -> None:
+    reg = services.registry
+    ctx = ToolContext(subject=subject())
+    cases = [
+        ("code_exec", {"language": "ruby", "code": "puts 1"}, "language"),
+        ("code_exec", {"language": "python"}, "code: required argument missing"),
+        ("code_exec", {"language": "python", "code": "x", "extra": 1}, "extra: unknown argument"),
+        ("terminal", {"command": "a\x00b"}, "NUL"),
+        ("filesystem", {"action": "write", "path": "a.txt"}, "needs content"),
+        ("todo", {"action": "update"}, "needs an id"),
+        ("memory", "not an object", "JSON object"),
+        ("tool_manual", {"name": "../../etc/passwd"}, "name"),
+    ]
+    for name, args, needle in cases:
+        with pytest.raises(InvalidInput) as exc:
+            await reg.invoke(name, args, ctx)
+        assert needle in exc.value.message, (name, exc.value.message)
+        assert exc.value.message.startswith(f"{name}: ")
+
+
+async def test_unknown_tool_is_not_found(services: ToolServices) -> None:
+    with pytest.raises(NotFound):
+        await services.registry.invoke("nope", {}, ToolContext(subject=subject()))
+
+
+async def test_web_group_denied_is_observable(services: ToolServices) -> None:
+    engine = services.registry.policy
+    assert engine is not None
+    from runtime.policy import Action
+
+    d = engine.decide(subject(), Action(tool="http_request", group="group:web"))
+    assert d.verdict == "deny"
+
+
+async def test_ask_without_approver_is_denied(tmp_path: Path) -> None:
+    engine = PolicyEngine.from_file(POLICIES / "strict.yaml")
+    svc = build_tools(tmp_path / "data", policy=engine)
+    await svc.open()
+    try:
+        profile = engine.default_profile("t1") or "developer"
+        ctx = ToolContext(subject=subject(profile))
+        src = (
+            'name = "shout"\ndescription = "d"\nparameters = {"type": "object"}\n'
+            "async def execute(params):\n    return 'x'\n"
+        )
+        with pytest.raises(PolicyDenied, match="not approved"):
+            await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
+        asked: list[str] = []
+
+        async def approve(ctx: ToolContext, tool: object, decision: object) -> bool:
+            asked.append(getattr(tool, "name", "?"))
+            return True
+
+        svc.registry.approver = approve
+        result = await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
+        assert result.success and asked == ["write_tool"]
+    finally:
+        await svc.close()
