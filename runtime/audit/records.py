@@ -60,6 +60,9 @@ class AuditEntry(BaseModel):
     tool: str | None = None
     args_sha256: str | None = None
     args_size: int | None = None
+    stdin_sha256: str | None = None
+    stdin_size: int | None = None
+    tool_hash: str | None = Field(None, description="content hash of a user tool's file")
     decision: str | None = Field(None, description="allow | deny | ask (approval: approved…)")
     rule: str | None = None
     reason: str | None = None

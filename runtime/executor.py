@@ -1,0 +1,298 @@
+"""The Executor: the only path by which anything runs in a sandbox.
+
+Nothing else may call ``SandboxBackend.run``. One call::
+
+    quota check -> policy decide -> (ask: approver) -> audit intent (fsync) -> backend.run
+    -> audit outcome
+
+Use (API routes, tools, the CLI)::
+
+    executor = Executor(engine=..., backend=..., audit=..., resolve_image=lambda n: ref,
+                        approver=None)
+    outcome = await executor.execute(
+        subject,                    # Subject(tenant, role, user, profile, session)
+        action,                     # Action(tool, args, group, timeout_s, tool_hash, ...)
+        Invocation(argv=[...], stdin=b"", env={}, workspace=Path|None, mounts=[...]),
+        on_output=callback,         # async (OutputChunk) -> None, live output (optional)
+        exec_id=None,               # generated ("ex_" + 24 hex) unless given
+        approver=None,              # per-call approver, overrides the default
+    )
+    outcome.result                  # ExecResult;  outcome.public() -> DESIGN's exec fields
+    outcome.audit_seq               # seq of the *outcome* record (intent_seq: of the intent)
+
+    await executor.kill(exec_id)    # cancellation: the run returns, the outcome is audited
+    await executor.cancel_session(session); await executor.kill_all(reason)
+    decision = await executor.authorize(subject, action)  # tools that run no code
+
+Errors (all audited before they are raised, except ``AuditUnavailable`` itself):
+``QuotaExceeded(retry_after)`` (audited ``denied``, rule ``quotas.<quota>``),
+``PolicyDenied(rule)`` (audited ``denied``; an ``ask`` without an approver, or refused, is a
+denial too), ``AuditUnavailable`` (the intent could not be written: nothing ran; fail closed),
+``SandboxError`` from the backend (audited as the outcome, ``detail`` = error code).
+If the task running ``execute`` is cancelled, the container is killed and an
+``interrupted`` record closes the intent.
+
+Approvals: an approver is ``async (subject, action, decision) -> bool``. Unless the caller
+set them, the Executor fills ``Action.first_use`` and ``Action.approved_hash`` from what
+this process has seen and approved (per tenant and tool), so `ask: first_use` and
+`ask: hash_change` work without the caller keeping state. Approvals are recorded as
+``approval`` records; the memory is not persisted (after a restart, the policy asks again).
+
+Network: the only network mode sandboxes get is ``none``; a policy granting egress is
+recorded in the audit (``limits``) but still runs with no network until the egress proxy
+exists. That can only be tighter than the policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.audit.records import AuditEntry, digest_json, sha256_hex
+from runtime.audit.store import AuditLog
+from runtime.errors import NaviError, PolicyDenied, QuotaExceeded
+from runtime.logging import get_logger
+from runtime.policy.decision import Action, Decision, Subject
+from runtime.policy.engine import PolicyEngine
+from runtime.policy.quota import QuotaExceededFor, QuotaTracker
+from runtime.sandbox.backend import OutputCallback, SandboxBackend
+from runtime.sandbox.models import ExecRequest, ExecResult, Mount
+
+log = get_logger(__name__)
+Approver = Callable[[Subject, Action, Decision], Awaitable[bool]]
+EXEC_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def new_exec_id() -> str:
+    return "ex_" + secrets.token_hex(12)
+
+
+class Invocation(BaseModel):
+    """What to run; where (image), how long and with which limits is the policy's call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    argv: list[str] = Field(min_length=1)
+    stdin: bytes = b""
+    env: dict[str, str] = Field(default_factory=dict)
+    workspace: Path | None = None
+    workdir: str = "/workspace"
+    mounts: list[Mount] = Field(default_factory=list)
+
+
+class ExecOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    result: ExecResult
+    decision: Decision
+    exec_id: str
+    audit_seq: int = Field(description="seq of the outcome record")
+    intent_seq: int
+    timeout_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    def public(self) -> dict[str, Any]:
+        """The exec result of DESIGN (`POST /v1/sessions/{id}/exec`, `navi exec --json`)."""
+        r = self.result
+        return {
+            "ok": r.ok, "exit_code": r.exit_code,
+            "stdout": r.stdout.decode("utf-8", errors="replace"),
+            "stderr": r.stderr.decode("utf-8", errors="replace"),
+            "timed_out": r.timed_out, "oom_killed": r.oom_killed, "truncated": r.truncated,
+            "duration_ms": r.duration_ms, "exec_id": self.exec_id, "audit_seq": self.audit_seq,
+            "timeout_s": self.timeout_s,
+        }
+
+
+class Executor:
+    def __init__(
+        self, *, engine: PolicyEngine, backend: SandboxBackend, audit: AuditLog,
+        resolve_image: Callable[[str], str], approver: Approver | None = None,
+        quotas: QuotaTracker | None = None,
+    ) -> None:
+        self.engine = engine
+        self.backend = backend
+        self.audit = audit
+        self.resolve_image = resolve_image
+        self.approver = approver
+        self.quotas = quotas or QuotaTracker()
+        self._running: dict[str, str] = {}  # exec_id -> session
+        self._killed: dict[str, str] = {}  # exec_id -> why
+        self._used: set[tuple[str, str]] = set()
+        self._approved_hash: dict[tuple[str, str], str] = {}
+
+    # -- the one path -------------------------------------------------------------------------
+
+    async def execute(
+        self, subject: Subject, action: Action, invocation: Invocation, *,
+        on_output: OutputCallback | None = None, exec_id: str | None = None,
+        approver: Approver | None = None,
+    ) -> ExecOutcome:
+        exec_id = exec_id or new_exec_id()
+        if not EXEC_ID.match(exec_id) or exec_id in self._running:
+            raise ValueError(f"bad or duplicate exec_id {exec_id!r}")
+        action = self._with_memory(subject, action)
+        args_sha, args_size = digest_json(action.args)
+        base = {"tenant": subject.tenant, "user": subject.user, "session": subject.session,
+                "exec_id": exec_id, "tool": action.tool, "args_sha256": args_sha,
+                "args_size": args_size}
+        with structlog.contextvars.bound_contextvars(
+            tenant=subject.tenant, session=subject.session, exec_id=exec_id
+        ):
+            try:
+                slot = self.quotas.acquire(subject.tenant, self.engine.quotas(subject.tenant))
+            except QuotaExceeded as exc:
+                quota = exc.quota if isinstance(exc, QuotaExceededFor) else "quota"
+                await self.audit.append(AuditEntry(
+                    kind="denied", decision="deny", rule=f"quotas.{quota}", reason=exc.message,
+                    **base))
+                raise
+            try:
+                decision = await self._decide(subject, action, base, approver)
+                return await self._run(subject, action, invocation, decision, base, on_output)
+            finally:
+                slot.release()
+
+    async def authorize(
+        self, subject: Subject, action: Action, *, approver: Approver | None = None
+    ) -> Decision:
+        """Decide (and resolve an `ask`) for a tool that runs no code; denials are audited."""
+        action = self._with_memory(subject, action)
+        args_sha, args_size = digest_json(action.args)
+        base = {"tenant": subject.tenant, "user": subject.user, "session": subject.session,
+                "exec_id": None, "tool": action.tool, "args_sha256": args_sha,
+                "args_size": args_size}
+        return await self._decide(subject, action, base, approver)
+
+    async def _decide(
+        self, subject: Subject, action: Action, base: dict[str, Any], approver: Approver | None
+    ) -> Decision:
+        decision = self.engine.decide(subject, action)
+        if decision.verdict == "deny":
+            await self._deny(base, decision.rule, decision.reason)
+        if decision.verdict == "ask":
+            approve = approver or self.approver
+            if approve is None:
+                await self._deny(base, decision.rule,
+                                 f"{decision.reason}; approval required but no approver")
+            assert approve is not None
+            granted = await approve(subject, action, decision)
+            await self.audit.append(AuditEntry(
+                kind="approval", decision="approved" if granted else "refused",
+                rule=decision.rule, reason=decision.reason, **base))
+            if not granted:
+                raise PolicyDenied(f"{decision.reason}; approval refused", rule=decision.rule)
+            key = (subject.tenant, action.tool)
+            if action.tool_hash is not None:
+                self._approved_hash[key] = action.tool_hash
+            decision = decision.model_copy(update={"verdict": "allow"})
+        self._used.add((subject.tenant, action.tool))
+        return decision
+
+    async def _deny(self, base: dict[str, Any], rule: str, reason: str) -> None:
+        await self.audit.append(AuditEntry(kind="denied", decision="deny", rule=rule,
+                                           reason=reason, **base))
+        raise PolicyDenied(reason, rule=rule)
+
+    async def _run(
+        self, subject: Subject, action: Action, invocation: Invocation, decision: Decision,
+        base: dict[str, Any], on_output: OutputCallback | None,
+    ) -> ExecOutcome:
+        exec_id = base["exec_id"]
+        if decision.image is None:
+            await self._deny(base, f"images[{action.tool}]",
+                             f"the policy names no sandbox image for {action.tool!r}")
+        assert decision.image is not None
+        image = self.resolve_image(decision.image)
+        request = ExecRequest(
+            image=image, argv=invocation.argv, stdin=invocation.stdin, env=invocation.env,
+            workspace=invocation.workspace, workdir=invocation.workdir,
+            mounts=invocation.mounts, limits=decision.limits, network="none",
+            exec_id=exec_id, tenant=subject.tenant, session=subject.session,
+        )
+        limits = {**decision.limits.model_dump(), "network": decision.network,
+                  "egress": decision.egress_allowlist}
+        common = {**base, "decision": decision.verdict, "rule": decision.rule, "image": image,
+                  "limits": limits}
+        intent = await self.audit.append(AuditEntry(
+            kind="intent", reason=decision.reason, tool_hash=action.tool_hash,
+            stdin_sha256=sha256_hex(invocation.stdin), stdin_size=len(invocation.stdin),
+            **common))
+        self._running[exec_id] = subject.session
+        try:
+            result = await self.backend.run(request, on_output)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._interrupted(exec_id, common, "cancelled"))
+            raise
+        except NaviError as exc:
+            await self.audit.append(AuditEntry(kind="outcome", detail=f"error: {exc.code}",
+                                               **common))
+            raise
+        except Exception as exc:
+            await self.audit.append(AuditEntry(
+                kind="outcome", detail=f"error: {type(exc).__name__}", **common))
+            raise
+        finally:
+            self._running.pop(exec_id, None)
+        why = self._killed.pop(exec_id, None)
+        record = await self.audit.append(AuditEntry(
+            kind="outcome", image_digest=result.image_digest, exit_code=result.exit_code,
+            timed_out=result.timed_out, oom_killed=result.oom_killed,
+            truncated=result.truncated, stdout_sha256=sha256_hex(result.stdout),
+            stdout_size=result.stdout_size or len(result.stdout),
+            stderr_sha256=sha256_hex(result.stderr),
+            stderr_size=result.stderr_size or len(result.stderr),
+            duration_ms=result.duration_ms, detail=f"killed: {why}" if why else None, **common))
+        log.info("exec_done", tool=action.tool, exit_code=result.exit_code,
+                 duration_ms=result.duration_ms, audit_seq=record.seq)
+        return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
+                           audit_seq=record.seq, intent_seq=intent.seq,
+                           timeout_s=decision.limits.timeout_s)
+
+    async def _interrupted(self, exec_id: str, common: dict[str, Any], why: str) -> None:
+        try:
+            await self.backend.kill(exec_id)
+        except Exception as exc:  # the reaper removes what a failed kill leaves
+            log.warning("exec_kill_failed", error=str(exc))
+        self._killed.pop(exec_id, None)
+        await self.audit.append(AuditEntry(kind="interrupted", detail=why, **common))
+
+    def _with_memory(self, subject: Subject, action: Action) -> Action:
+        update: dict[str, Any] = {}
+        key = (subject.tenant, action.tool)
+        if "first_use" not in action.model_fields_set:
+            update["first_use"] = key not in self._used
+        if "approved_hash" not in action.model_fields_set:
+            update["approved_hash"] = self._approved_hash.get(key)
+        return action.model_copy(update=update) if update else action
+
+    # -- cancellation -------------------------------------------------------------------------
+
+    def running(self, session: str | None = None) -> list[str]:
+        return [e for e, s in self._running.items() if session is None or s == session]
+
+    async def kill(self, exec_id: str, reason: str = "killed by request") -> bool:
+        """Kill a running execution; False when it is not running (here)."""
+        if exec_id not in self._running:
+            return False
+        self._killed[exec_id] = reason
+        await self.backend.kill(exec_id)
+        return True
+
+    async def cancel_session(self, session: str) -> None:
+        for exec_id in self.running(session):
+            await self.kill(exec_id, "session closed")
+
+    async def kill_all(self, reason: str) -> None:
+        for exec_id in self.running():
+            await self.kill(exec_id, reason)
