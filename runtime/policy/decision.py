@@ -17,11 +17,17 @@ class Subject(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    tenant: str
+    tenant: str = Field(description="tenant id (storage, audit, labels)")
+    tenant_name: str | None = Field(None, description="tenant name, what policy files match")
     role: Role = "user"
     user: str = "local"
     profile: str = "developer"
     session: str = "local"
+
+    @property
+    def policy_tenant(self) -> str:
+        """The key policy files use for tenants: the name when known, else the id."""
+        return self.tenant_name or self.tenant
 
 
 class Action(BaseModel):

@@ -134,13 +134,14 @@ class PolicyEngine:
         if role is None or not role.run_tools:
             return _deny(f"roles.{subject.role}.run_tools",
                          f"role {subject.role!r} may not run tools")
-        found = self.tenant_rule(subject.tenant)
+        found = self.tenant_rule(subject.policy_tenant)
         if found is None:
-            return _deny("default.deny", f"tenant {subject.tenant!r} is not assigned by the policy")
+            return _deny("default.deny",
+                         f"tenant {subject.policy_tenant!r} is not assigned by the policy")
         tkey, trule = found
         if subject.profile not in trule.profiles:
             return _deny(f"tenants.{tkey}.profiles", f"profile {subject.profile!r} is not "
-                         f"assigned to tenant {subject.tenant!r}")
+                         f"assigned to tenant {subject.policy_tenant!r}")
         profile = self.policy.profiles.get(subject.profile)
         if profile is None:
             return _deny("default.deny", f"no profile {subject.profile!r}")
@@ -152,9 +153,9 @@ class PolicyEngine:
         group = self.tool_group(tool, action.group)
         ppath = f"profiles.{subject.profile}"
         overlays: list[tuple[str, TenantOverlay]] = [(f"tenants.{tkey}", trule)]
-        extra = self._overlays.get(subject.tenant)
+        extra = self._overlays.get(subject.policy_tenant)
         if extra is not None:
-            overlays.append((f"overlays.{subject.tenant}", extra))
+            overlays.append((f"overlays.{subject.policy_tenant}", extra))
 
         hit = _match(profile.deny, tool, group)
         if hit:
