@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -86,17 +87,26 @@ class ToolSpec(BaseModel):
 class ToolContext:
     """Everything one call needs: who asks, where its files are, how to run code.
 
-    `workspace` is a `runtime.workspace` Workspace and `executor` a `runtime.executor`
-    Executor; both are typed loosely here so this module stays importable on its own.
-    `timeout_s` is the caller's requested timeout (the policy clamps it). `registry` is set
-    by `ToolRegistry.invoke` (the meta tools look other tools up through it).
+    - `workspace`: the session's `runtime.workspace.Workspace` (host-side file access);
+      `workspace_path`: its host directory, mounted as the sandbox's working directory.
+    - `executor`: the `runtime.executor.Executor`; every sandboxed run and every policy
+      check of a tool that runs no code goes through it (so denials are audited).
+    - `on_output`: receives live output chunks of a sandboxed run.
+    - `timeout_s`: the caller's requested timeout (the policy clamps it).
+    - `exec_id`: the id to give the execution (so events can name it before it starts).
+    - `approver`: per-call `async (subject, action, decision) -> bool` for a policy `ask`.
+    - `registry`: set by `ToolRegistry.invoke` (the meta tools look other tools up with it).
+    Typed loosely so this module stays importable on its own.
     """
 
     subject: Subject
     workspace: Any = None
+    workspace_path: Path | None = None
     executor: Any = None
     on_output: OutputCallback | None = None
     timeout_s: float | None = None
+    exec_id: str | None = None
+    approver: Any = None
     registry: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 

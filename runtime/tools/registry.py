@@ -12,12 +12,11 @@ a denied tool answers `PolicyDenied` (403, with the rule), it is not hidden as 4
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol
 
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
-from runtime.policy.decision import Decision, Subject
+from runtime.policy.decision import Action, Decision, Subject
 from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
 from runtime.tools.user.catalog import UserToolCatalogs
@@ -29,10 +28,8 @@ class PolicyLike(Protocol):
     def decide(self, subject: Subject, action: Any) -> Decision: ...
 
 
-class Approver(Protocol):
-    """Resolves an `ask` for a tool that runs no code (the Executor does it for the rest)."""
-
-    async def __call__(self, ctx: ToolContext, tool: Tool, decision: Decision) -> bool: ...
+Approver = Callable[[Subject, Action, Decision], Awaitable[bool]]
+"""Resolves a policy `ask` (same signature as the Executor's approver)."""
 
 
 class ToolRegistry:
@@ -166,20 +163,26 @@ class ToolRegistry:
         return await tool.execute(params, ctx)
 
     async def authorize(self, tool: Tool, params: Any, ctx: ToolContext) -> Decision | None:
-        """Policy check for a tool that runs no code (sandboxed tools: the Executor's job)."""
+        """Policy check for a tool that runs no code (sandboxed tools: the Executor's job).
+
+        With an Executor in the context it decides (denials and approvals are audited);
+        without one (unit tests, tools-only use) the registry's own policy decides.
+        """
+        args = params.model_dump(mode="json") if hasattr(params, "model_dump") else params
+        action = tool.action(args, ctx)
+        if ctx.executor is not None:
+            approver = ctx.approver or self.approver
+            decision: Decision = await ctx.executor.authorize(
+                ctx.subject, action, approver=approver
+            )
+            return decision
         if self.policy is None:
             return None
-        args = params.model_dump(mode="json") if hasattr(params, "model_dump") else params
-        decision = self.policy.decide(ctx.subject, tool.action(args, ctx))
+        decision = self.policy.decide(ctx.subject, action)
         if decision.verdict == "deny":
             raise PolicyDenied(decision.reason, rule=decision.rule)
         if decision.verdict == "ask":
-            approved = False
-            if self.approver is not None:
-                result = self.approver(ctx, tool, decision)
-                approved = bool(await result if inspect.isawaitable(result) else result)
-            if not approved:
-                raise PolicyDenied(
-                    f"{decision.reason}; not approved", rule=decision.rule, approval="denied"
-                )
+            approve = ctx.approver or self.approver
+            if approve is None or not await approve(ctx.subject, action, decision):
+                raise PolicyDenied(f"{decision.reason}; not approved", rule=decision.rule)
         return decision

@@ -9,7 +9,7 @@ import pytest
 
 from runtime.config import PROJECT_ROOT
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
-from runtime.policy import PolicyEngine, Subject
+from runtime.policy import Action, PolicyEngine, Subject
 from runtime.policy.model import TOOL_GROUP
 from runtime.tools import GROUPS, ToolContext, ToolServices, build_tools
 
@@ -102,8 +102,6 @@ async def test_unknown_tool_is_not_found(services: ToolServices) -> None:
 async def test_web_group_denied_is_observable(services: ToolServices) -> None:
     engine = services.registry.policy
     assert engine is not None
-    from runtime.policy import Action
-
     d = engine.decide(subject(), Action(tool="http_request", group="group:web"))
     assert d.verdict == "deny"
 
@@ -123,8 +121,8 @@ async def test_ask_without_approver_is_denied(tmp_path: Path) -> None:
             await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
         asked: list[str] = []
 
-        async def approve(ctx: ToolContext, tool: object, decision: object) -> bool:
-            asked.append(getattr(tool, "name", "?"))
+        async def approve(subject: Subject, action: Action, decision: object) -> bool:
+            asked.append(action.tool)
             return True
 
         svc.registry.approver = approve

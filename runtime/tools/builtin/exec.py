@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
-from runtime.tools.sandboxed import SandboxCall, SandboxOutcome, run_sandboxed
+from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
 
 # One argv string may not exceed the kernel's MAX_ARG_STRLEN (128 KiB).
 MAX_CODE_BYTES = 120 * 1024
@@ -46,9 +46,9 @@ class TerminalParams(ToolParams):
         return _fits(value, MAX_COMMAND_BYTES, "command")
 
 
-def outcome_result(outcome: SandboxOutcome) -> ToolResult:
+def outcome_result(outcome: ExecOutcome) -> ToolResult:
     """Exec fields in the metadata; `output` is stdout then stderr, as a model reads it."""
-    meta = outcome.metadata()
+    meta = exec_metadata(outcome)
     res = outcome.result
     output = meta["stdout"]
     if meta["stderr"]:
@@ -57,7 +57,7 @@ def outcome_result(outcome: SandboxOutcome) -> ToolResult:
     if res.ok:
         return ToolResult.ok(output, **meta)
     if res.timed_out:
-        error = f"timed out after {outcome.timeout_s or '?'} s"
+        error = f"timed out after {outcome.timeout_s:g} s"
     elif res.oom_killed:
         error = "killed: out of memory"
     else:
@@ -79,10 +79,10 @@ class CodeExecTool(BuiltinTool):
         return [{"language": "python"}, {"language": "bash"}]
 
     @staticmethod
-    def call_for(params: CodeExecParams) -> SandboxCall:
+    def call_for(params: CodeExecParams) -> Invocation:
         if params.language == "python":
-            return SandboxCall(argv=["python3", "-I", "-c", params.code])
-        return SandboxCall(argv=["bash", "--noprofile", "--norc", "-c", params.code])
+            return Invocation(argv=["python3", "-I", "-c", params.code])
+        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.code])
 
     async def execute(self, params: CodeExecParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         action = self.action(params.model_dump(), ctx)
@@ -100,8 +100,8 @@ class TerminalTool(BuiltinTool):
     runs_in_sandbox: ClassVar[bool] = True
 
     @staticmethod
-    def call_for(params: TerminalParams) -> SandboxCall:
-        return SandboxCall(argv=["bash", "--noprofile", "--norc", "-c", params.command])
+    def call_for(params: TerminalParams) -> Invocation:
+        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.command])
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         action = self.action(params.model_dump(), ctx)

@@ -21,7 +21,7 @@ from runtime.errors import InvalidInput
 from runtime.policy.decision import Action
 from runtime.sandbox.models import Mount
 from runtime.tools.base import Tool, ToolContext, ToolResult
-from runtime.tools.sandboxed import SandboxCall, run_sandboxed
+from runtime.tools.sandboxed import Invocation, exec_metadata, run_sandboxed
 from runtime.tools.user.descriptor import validate_params
 from runtime.tools.user.store import LoadedUserTool, UserToolStore
 
@@ -31,10 +31,10 @@ MAX_PARAMS_BYTES = 1024 * 1024
 USER_TOOLS_GROUP = "group:user_tools"
 
 
-def runner_call(tool: LoadedUserTool, params: dict[str, Any]) -> SandboxCall:
+def runner_call(tool: LoadedUserTool, params: dict[str, Any]) -> Invocation:
     """What the Executor runs for one call of `tool` (image chosen by the policy)."""
     stdin = json.dumps(params, ensure_ascii=False).encode("utf-8")
-    return SandboxCall(
+    return Invocation(
         argv=list(RUNNER_ARGV),
         stdin=stdin,
         mounts=[Mount(source=tool.path, target=TOOL_MOUNT, read_only=True)],
@@ -106,7 +106,7 @@ async def run_user_tool(
     outcome = await run_sandboxed(ctx, action, runner_call(loaded, params))
     res = outcome.result
     stderr = res.stderr.decode("utf-8", errors="replace")
-    meta = outcome.metadata()
+    meta = exec_metadata(outcome)
     meta["tool_hash"] = loaded.descriptor.sha256
     if res.timed_out:
         return ToolResult.fail(f"{loaded.descriptor.name} timed out", output=stderr, **meta)
