@@ -1,8 +1,53 @@
-"""`navi serve`: placeholder until the API lands."""
+"""`navi serve`: run the control API under uvicorn; SIGTERM kills running executions first."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+import uvicorn
+
+from runtime.config import Settings
+from runtime.logging import configure_logging, get_logger
+
+log = get_logger(__name__)
 
 
-def serve() -> None:
-    """Serve the control API (not built yet)."""
-    raise typer.Exit(2)
+class _Server(uvicorn.Server):
+    """On SIGINT/SIGTERM, kill the running sandboxes (audited) before uvicorn drains requests."""
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        services = getattr(self._app.state, "services", None)
+        if services is not None and not self.should_exit:
+            log.info("shutdown_requested", signal=sig)
+            asyncio.get_event_loop().create_task(services.kill_running("supervisor shutdown"))
+        super().handle_exit(sig, frame)
+
+
+def serve(
+    host: Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="port [default: 8000]")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="data directory [default: ./data]")] = None,
+    policy: Annotated[Path | None, typer.Option(help="server policy file")] = None,
+) -> None:
+    """Serve the control API and the web client."""
+    from runtime.api import create_app
+
+    given = {"host": host, "port": port, "data_dir": data_dir, "policy": policy}
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    settings = Settings(**overrides)
+    configure_logging(settings.log_format, settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        timeout_graceful_shutdown=10, proxy_headers=False, server_header=False,
+    )
+    log.info("serving", url=f"http://{settings.host}:{settings.port}/",
+             data_dir=str(settings.data_dir), policy=str(settings.policy))
+    _Server(config, app).run()

@@ -1,0 +1,109 @@
+"""The app factory: settings in, a FastAPI app out; all state is built in its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from runtime import __version__
+from runtime.api.errors import install_error_handlers
+from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
+from runtime.api.routes import tools as tool_routes
+from runtime.api.services import Services
+from runtime.audit.store import AuditLog
+from runtime.config import Settings
+from runtime.errors import NaviError
+from runtime.executor import Executor
+from runtime.logging import get_logger
+from runtime.policy.engine import PolicyEngine
+from runtime.sandbox.backend import SandboxBackend
+from runtime.sandbox.docker_backend import DockerBackend
+from runtime.sandbox.images import image_ref
+from runtime.sandbox.instance import load_instance_id
+from runtime.store import Store
+from runtime.tools import build_tools
+from runtime.workspace import Workspaces
+
+log = get_logger(__name__)
+
+
+async def start_services(settings: Settings, backend: SandboxBackend | None = None) -> Services:
+    """Open everything in dependency order; on failure close what was opened."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    policy = PolicyEngine.from_file(settings.policy)
+    instance = load_instance_id(settings.data_dir)
+    opened: list = []
+    try:
+        store = await Store.open(settings.database_path)
+        opened.append(store.close)
+        if settings.admin_token is not None:
+            await store.ensure_bootstrap_admin(settings.admin_token.get_secret_value())
+        audit = AuditLog(settings.data_dir, instance=instance)
+        await audit.open()
+        opened.append(audit.close)
+        if backend is None:
+            backend = DockerBackend.from_settings(settings, instance_id=instance)
+        opened.append(backend.close)
+        executor = Executor(engine=policy, backend=backend, audit=audit,
+                            resolve_image=lambda name: image_ref(name, settings))
+        tools = build_tools(settings.data_dir, policy=policy)
+        await tools.open()
+        opened.append(tools.close)
+    except BaseException:
+        for close in reversed(opened):
+            with contextlib.suppress(Exception):
+                await close()
+        raise
+    services = Services(settings=settings, store=store, audit=audit, policy=policy,
+                        backend=backend, executor=executor, tools=tools,
+                        workspaces=Workspaces.from_settings(settings))
+    await _start_sandbox(services)
+    return services
+
+
+async def _start_sandbox(services: Services) -> None:
+    """Connect the engine and sweep our leftovers; without an engine the API still serves."""
+    backend = services.backend
+    if not isinstance(backend, DockerBackend):
+        return
+    try:
+        await backend.start()
+        reaper = backend.reaper()
+        removed = await reaper.reconcile_startup()
+        if removed:
+            log.info("startup_reconcile", removed=len(removed))
+        services.background.append(reaper.start_periodic(services.settings.reaper_interval_s))
+    except NaviError as exc:
+        log.warning("sandbox_unavailable", code=exc.code, message=exc.message)
+
+
+def create_app(settings: Settings | None = None, *, backend: SandboxBackend | None = None
+               ) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await start_services(settings, backend)
+        app.state.services = services
+        log.info("ready", policy=str(settings.policy), data_dir=str(settings.data_dir))
+        try:
+            yield
+        finally:
+            await services.close()
+            await asyncio.sleep(0)
+
+    app = FastAPI(
+        title="Navi Runtime",
+        version=__version__,
+        description="Sandboxed, policy-governed, audited agent executions.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for router in (health.router, admin.router, sessions.router, exec.router, files.router,
+                   events.router, tool_routes.router, approvals.router, audit.router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,92 @@
+"""Request dependencies: the app's services, the caller's identity, role checks, tenant scoping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+
+import structlog
+from fastapi import Depends, Request
+
+from runtime.errors import Forbidden, NotFound, Unauthorized
+from runtime.policy.decision import Subject
+from runtime.store import Role, SessionRecord
+
+if TYPE_CHECKING:
+    from runtime.api.services import Services
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: str
+    tenant_id: str
+    role: Role
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+ServicesDep = Annotated["Services", Depends(get_services)]
+
+
+def bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+async def authenticate(services: Services, token: str | None) -> Principal:
+    if token is None:
+        raise Unauthorized("missing bearer token")
+    record = await services.store.authenticate(token)
+    if record is None:
+        raise Unauthorized("invalid or revoked token")
+    structlog.contextvars.bind_contextvars(tenant=record.tenant_id, token=record.id)
+    return Principal(token_id=record.id, tenant_id=record.tenant_id, role=record.role)
+
+
+async def get_principal(request: Request) -> Principal:
+    services = get_services(request)
+    return await authenticate(services, bearer_token(request.headers.get("authorization")))
+
+
+def require(*roles: Role):  # noqa: ANN201 - returns a dependency
+    async def dependency(request: Request) -> Principal:
+        principal = await get_principal(request)
+        if principal.role not in roles:
+            raise Forbidden(f"this needs one of the roles: {', '.join(roles)}")
+        return principal
+
+    return Depends(dependency)
+
+
+# Who may do what. `admin` manages tenants, tokens and policies and may also work in its own
+# tenant; `user` works with sessions; `auditor` only reads the audit and metrics.
+SessionUser = Annotated[Principal, require("user", "admin")]
+AuditReader = Annotated[Principal, require("auditor", "admin")]
+Admin = Annotated[Principal, require("admin")]
+
+
+async def owned_session(services: Services, principal: Principal, session_id: str) -> SessionRecord:
+    """The session if it belongs to the caller's tenant; anything else is a plain 404."""
+    record = await services.store.get_session(principal.tenant_id, session_id)
+    if record is None:
+        raise NotFound("no such session")
+    structlog.contextvars.bind_contextvars(session=record.id)
+    return record
+
+
+async def subject_for(services: Services, principal: Principal, session: SessionRecord | None,
+                      profile: str | None = None) -> Subject:
+    """The policy subject of a call: tenant (id and, for policy matching, name), role, token,
+    and the session with its profile (or the tenant's default profile outside a session)."""
+    tenant_name = await services.tenant_name(principal.tenant_id)
+    chosen = (session.profile if session is not None else profile) or (
+        services.policy.default_profile(tenant_name) or "developer")
+    return Subject(tenant=principal.tenant_id, tenant_name=tenant_name, role=principal.role,
+                   user=principal.token_id, profile=chosen,
+                   session=session.id if session is not None else "none")

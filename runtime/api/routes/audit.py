@@ -1,0 +1,53 @@
+"""Reading the audit log (auditor/admin, scoped to the caller's tenant) and verifying it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from runtime.api.deps import AuditReader, get_services
+from runtime.api.schemas import VerifyOut
+from runtime.audit.verify import verify_store
+from runtime.errors import InvalidInput
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"])
+
+
+def _since(value: str | None) -> dict[str, Any]:
+    """`since` is a record seq (exclusive) or an ISO-8601 time (inclusive)."""
+    if value is None or value == "":
+        return {}
+    if value.isdigit():
+        return {"since_seq": int(value)}
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput("since must be a record seq or an ISO-8601 time") from None
+    if parsed.tzinfo is None:
+        raise InvalidInput("since needs a time zone (e.g. 2026-01-01T00:00:00Z)")
+    return {"since_ts": parsed.astimezone(UTC).isoformat(timespec="microseconds")}
+
+
+@router.get("")
+async def list_audit(
+    request: Request, principal: AuditReader,
+    session: str | None = Query(None, max_length=64),
+    tool: str | None = Query(None, max_length=64),
+    exec_id: str | None = Query(None, max_length=64),
+    since: str | None = Query(None, max_length=64),
+    limit: int = Query(1000, ge=1, le=10000),
+) -> list[dict[str, Any]]:
+    records = await get_services(request).audit.records(
+        tenant=principal.tenant_id, session=session, tool=tool, exec_id=exec_id, limit=limit,
+        **_since(since),
+    )
+    return [r.model_dump(mode="json") for r in records]
+
+
+@router.get("/verify", response_model=VerifyOut)
+async def verify(request: Request, _: AuditReader) -> VerifyOut:
+    report = await asyncio.to_thread(verify_store, get_services(request).settings.data_dir)
+    return VerifyOut(**report.public())

@@ -1,0 +1,92 @@
+"""Live session events: SSE with `Last-Event-ID` resume, and the same JSON over WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from runtime.api.deps import SessionUser, authenticate, bearer_token, get_services, owned_session
+from runtime.api.events import Event
+from runtime.errors import Forbidden, NaviError
+
+router = APIRouter(prefix="/v1/sessions", tags=["events"])
+
+WS_AUTH_TIMEOUT_S = 10.0
+
+
+def sse_frame(event: Event) -> ServerSentEvent:
+    return ServerSentEvent(raw_data=json.dumps(event.as_json(), separators=(",", ":")),
+                           id=str(event.id))
+
+
+def _last_id(header: str | None, query: int | None) -> int | None:
+    if query is not None:
+        return max(0, query)
+    if header and header.strip().isdigit():
+        return int(header.strip())
+    return None
+
+
+@router.get("/{session_id}/events", response_class=EventSourceResponse)
+async def session_events(
+    session_id: str,
+    request: Request,
+    principal: SessionUser,
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+    after: int | None = Query(None, description="replay events after this id"),
+) -> AsyncIterator[ServerSentEvent]:
+    services = get_services(request)
+    await owned_session(services, principal, session_id)
+    bus = services.hub.bus(session_id)
+    async for event in bus.subscribe(_last_id(last_event_id, after)):
+        yield sse_frame(event)
+
+
+@router.websocket("/{session_id}/ws")
+async def session_ws(websocket: WebSocket, session_id: str) -> None:
+    """Token in the `Authorization` header, or as the first message `{"token": "..."}`."""
+    services = websocket.app.state.services
+    await websocket.accept()
+    try:
+        token = bearer_token(websocket.headers.get("authorization"))
+        if token is None:
+            first = await asyncio.wait_for(websocket.receive_json(), WS_AUTH_TIMEOUT_S)
+            token = first.get("token") if isinstance(first, dict) else None
+        principal = await authenticate(services, token if isinstance(token, str) else None)
+        if principal.role not in ("user", "admin"):
+            raise Forbidden("this needs one of the roles: user, admin")
+        await owned_session(services, principal, session_id)
+        after = websocket.query_params.get("after")
+        last = int(after) if after and after.isdigit() else None
+    except (NaviError, TimeoutError, ValueError, WebSocketDisconnect) as exc:
+        code = getattr(exc, "code", "unauthorized")
+        message = getattr(exc, "message", "authentication failed")
+        with contextlib.suppress(Exception):
+            await websocket.send_json({"type": "error", "code": code, "message": message})
+            await websocket.close(code=4401 if code == "unauthorized" else 4403)
+        return
+    await websocket.send_json({"type": "ready", "session": session_id})
+    reader = asyncio.create_task(_drain(websocket))
+    try:
+        async for event in services.hub.bus(session_id).subscribe(last):
+            if reader.done():
+                break
+            await websocket.send_json(event.as_json())
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        reader.cancel()
+        with contextlib.suppress(Exception):
+            await websocket.close()
+
+
+async def _drain(websocket: WebSocket) -> None:
+    """Read (and, for now, ignore) client messages so a disconnect is noticed."""
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+        while True:
+            await websocket.receive_text()

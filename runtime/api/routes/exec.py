@@ -1,0 +1,166 @@
+"""Direct tool execution in a session, under the same policy, audit and sandbox as the agent.
+
+`POST /v1/sessions/{id}/exec` answers DESIGN's exec result. With `?stream=true` it answers
+the execution's events as SSE instead (`tool_call`, live `exec_output`, then `tool_result`
+carrying the same result fields, or `error`). Either way every event also goes to the
+session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.sse import EventSourceResponse, format_sse_event
+
+from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
+from runtime.api.errors import status_for
+from runtime.api.events import SessionEventBus
+from runtime.api.schemas import ExecBody, ExecOut
+from runtime.api.services import Services
+from runtime.errors import NaviError, PolicyDenied
+from runtime.executor import new_exec_id
+from runtime.policy.decision import Subject
+from runtime.sandbox.models import OutputChunk
+from runtime.tools import ToolContext, ToolResult
+
+router = APIRouter(prefix="/v1/sessions", tags=["exec"])
+
+EXEC_FIELDS = ("exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
+               "duration_ms", "audit_seq", "timeout_s")
+
+
+def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
+    """Sandboxed tools carry the execution's fields in `metadata`; others map onto them."""
+    meta = dict(result.metadata)
+    if "exit_code" in meta:
+        fields = {k: meta.pop(k) for k in EXEC_FIELDS if k in meta}
+        ok = (fields.get("exit_code") == 0 and not fields.get("timed_out")
+              and not fields.get("oom_killed"))
+        meta.pop("exec_id", None)
+        return ExecOut(ok=ok, exec_id=exec_id, output=result.output or None, metadata=meta,
+                       **{"stdout": "", "stderr": "", "timed_out": False, "oom_killed": False,
+                          "truncated": False, "duration_ms": 0, "audit_seq": None, **fields})
+    return ExecOut(ok=result.success, exit_code=None, stdout=result.output,
+                   stderr=result.error or "", timed_out=False, oom_killed=False, truncated=False,
+                   duration_ms=0, exec_id=exec_id, audit_seq=None, output=result.output,
+                   metadata=meta)
+
+
+class _LiveOutput:
+    """Publishes a run's output on the session bus, decoding UTF-8 across chunk boundaries."""
+
+    def __init__(self, bus: SessionEventBus, exec_id: str) -> None:
+        self.bus = bus
+        self.exec_id = exec_id
+        self._decoders = {s: codecs.getincrementaldecoder("utf-8")("replace")
+                          for s in ("stdout", "stderr")}
+
+    async def __call__(self, chunk: OutputChunk) -> None:
+        text = self._decoders[chunk.stream].decode(chunk.data)
+        if text:
+            self.bus.publish("exec_output", exec_id=self.exec_id, stream=chunk.stream, data=text)
+
+
+async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:
+    bus = services.hub.bus(subject.session)
+    bus.publish("tool_call", tool=body.tool, args=body.args, exec_id=exec_id)
+    workspace = await asyncio.to_thread(services.workspaces.open, subject.tenant, subject.session)
+    ctx = ToolContext(subject=subject, workspace=workspace, executor=services.executor,
+                      on_output=_LiveOutput(bus, exec_id), timeout_s=body.timeout_s,
+                      extra={"exec_id": exec_id})
+    services.metrics.active.inc()
+    try:
+        result = await services.tools.registry.invoke(body.tool, body.args, ctx)
+    except PolicyDenied as exc:
+        services.metrics.denials.labels(body.tool, exc.rule).inc()
+        services.metrics.executions.labels(body.tool, "denied").inc()
+        bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False,
+                    output="", error=exc.message, rule=exc.rule)
+        raise
+    except NaviError as exc:
+        services.metrics.executions.labels(body.tool, exc.code).inc()
+        bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False, output="",
+                    error=exc.message, code=exc.code)
+        raise
+    finally:
+        services.metrics.active.dec()
+        workspace.close()
+    out = exec_out(result, exec_id)
+    outcome = "ok" if out.ok else ("timeout" if out.timed_out else
+                                   "oom" if out.oom_killed else "failed")
+    services.metrics.executions.labels(body.tool, outcome).inc()
+    services.metrics.duration.labels(body.tool).observe(out.duration_ms / 1000)
+    bus.publish("tool_result", tool=body.tool, success=out.ok, output=result.output,
+                error=result.error, **out.model_dump(exclude={"output", "metadata"}))
+    return out
+
+
+@router.post("/{session_id}/exec", response_model=ExecOut,
+             responses={200: {"content": {"text/event-stream": {}}}})
+async def exec_tool(
+    session_id: str, body: ExecBody, request: Request, principal: SessionUser,
+    stream: bool = Query(False, description="answer the execution's events as SSE"),
+) -> Any:
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    subject = await subject_for(services, principal, record)
+    exec_id = new_exec_id()
+    if not stream:
+        return await _run(services, subject, body, exec_id)
+    return EventSourceResponse(_stream(services, subject, body, exec_id))
+
+
+async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id: str
+                  ) -> AsyncIterator[bytes]:
+    """This execution's events from the session bus, then (on failure) an `error` event."""
+    events = services.hub.bus(subject.session).subscribe()
+    pending = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0)  # subscribed before the run publishes anything
+    task = asyncio.create_task(_run(services, subject, body, exec_id))
+    try:
+        while True:
+            await asyncio.wait({pending, task}, return_when=asyncio.FIRST_COMPLETED)
+            if pending.done():
+                event = pending.result()
+                if event.data.get("exec_id") == exec_id:
+                    yield _encode(event.as_json(), event.id)
+                    if event.type == "tool_result":
+                        break
+                pending = asyncio.ensure_future(anext(events))
+            elif task.exception() is not None:
+                break  # failed before publishing its result
+            else:
+                await asyncio.wait({pending})  # result published; read it next
+        with contextlib.suppress(BaseException):
+            await task
+        exc = task.exception() if task.done() and not task.cancelled() else None
+        if exc is not None:
+            yield _encode(_error_event(exc, exec_id), None)
+    finally:
+        pending.cancel()
+        with contextlib.suppress(Exception):
+            await events.aclose()
+        if not task.done():
+            await services.executor.kill(exec_id, "client disconnected")
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _error_event(exc: BaseException, exec_id: str) -> dict[str, Any]:
+    if not isinstance(exc, NaviError):
+        return {"type": "error", "exec_id": exec_id, "code": "internal_error", "status": 500,
+                "message": "internal error"}
+    details = {k: v for k, v in exc.details.items() if isinstance(v, str | int | float)}
+    return {"type": "error", "exec_id": exec_id, "code": exc.code, "status": status_for(exc),
+            "message": exc.message, **details}
+
+
+def _encode(data: dict[str, Any], event_id: int | None) -> bytes:
+    return format_sse_event(data_str=json.dumps(data, separators=(",", ":")),
+                            id=None if event_id is None else str(event_id))

@@ -1,0 +1,96 @@
+"""Session files over HTTP. Every byte goes through `runtime.workspace` (fd-relative, no links).
+
+Bodies are raw bytes (`application/octet-stream`); the listing is `[{path, size, mtime}]`.
+Uploads stream to disk with the size checked as they arrive (413 past the limit); downloads
+stream from an fd opened beneath the workspace. Never `docker cp` from a live container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from functools import partial
+
+from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import StreamingResponse
+
+from runtime.api.deps import SessionUser, get_services, owned_session
+from runtime.api.schemas import FileEntryOut
+from runtime.errors import InvalidInput
+from runtime.workspace import Workspace
+
+router = APIRouter(prefix="/v1/sessions", tags=["files"])
+
+
+async def _workspace(request: Request, principal: SessionUser, session_id: str) -> Workspace:
+    services = get_services(request)
+    await owned_session(services, principal, session_id)
+    return await asyncio.to_thread(services.workspaces.open, principal.tenant_id, session_id)
+
+
+@router.get("/{session_id}/files", response_model=list[FileEntryOut])
+async def list_files(session_id: str, request: Request, principal: SessionUser
+                     ) -> list[FileEntryOut]:
+    ws = await _workspace(request, principal, session_id)
+    try:
+        entries = await asyncio.to_thread(ws.list)
+    finally:
+        ws.close()
+    return [FileEntryOut(path=e.path, size=e.size, mtime=e.mtime) for e in entries]
+
+
+@router.get("/{session_id}/files/{path:path}", response_class=StreamingResponse,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+async def download(session_id: str, path: str, request: Request, principal: SessionUser
+                   ) -> StreamingResponse:
+    ws = await _workspace(request, principal, session_id)
+    try:
+        reader = await asyncio.to_thread(ws.open_read, path)
+    finally:
+        ws.close()
+    name = path.rsplit("/", 1)[-1].replace('"', "")
+    return StreamingResponse(
+        reader, media_type="application/octet-stream",
+        headers={"Content-Length": str(reader.size),
+                 "Content-Disposition": f'attachment; filename="{name}"',
+                 "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@router.put("/{session_id}/files/{path:path}", response_model=FileEntryOut,
+            status_code=status.HTTP_201_CREATED,
+            openapi_extra={"requestBody": {"content": {"application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+async def upload(session_id: str, path: str, request: Request, principal: SessionUser
+                 ) -> FileEntryOut:
+    length_header = request.headers.get("content-length")
+    expected: int | None = None
+    if length_header is not None:
+        if not length_header.isdigit():
+            raise InvalidInput("bad Content-Length")
+        expected = int(length_header)
+    ws = await _workspace(request, principal, session_id)
+    try:
+        writer = await asyncio.to_thread(partial(ws.writer, path, expected_size=expected))
+        try:
+            async for chunk in request.stream():
+                if chunk:
+                    await asyncio.to_thread(writer.write, chunk)
+            entry = await asyncio.to_thread(writer.commit)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.abort()
+            raise
+    finally:
+        ws.close()
+    return FileEntryOut(path=entry.path, size=entry.size, mtime=entry.mtime)
+
+
+@router.delete("/{session_id}/files/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete(session_id: str, path: str, request: Request, principal: SessionUser) -> Response:
+    ws = await _workspace(request, principal, session_id)
+    try:
+        await asyncio.to_thread(ws.delete, path)
+    finally:
+        ws.close()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,96 @@
+"""Request and response bodies of the control API (input and public variants kept apart)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class StrictBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionCreate(StrictBody):
+    profile: str | None = Field(None, pattern=NAME_PATTERN)
+    title: str | None = Field(None, max_length=200)
+
+
+class SessionOut(BaseModel):
+    id: str
+    profile: str
+    title: str | None = None
+    created_at: float
+
+
+class ExecBody(StrictBody):
+    tool: str = Field(pattern=NAME_PATTERN)
+    args: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float | None = Field(None, gt=0, le=86400)
+
+
+class ExecOut(BaseModel):
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    oom_killed: bool
+    truncated: bool
+    duration_ms: int
+    exec_id: str
+    audit_seq: int | None
+    timeout_s: float | None = None
+    output: str | None = Field(None, description="tool output, for tools that run no program")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class FileEntryOut(BaseModel):
+    path: str
+    size: int
+    mtime: float
+
+
+class ToolOut(BaseModel):
+    name: str
+    description: str
+    group: str
+    parameters: dict[str, Any]
+
+
+class ApprovalDecisionBody(StrictBody):
+    decision: Literal["approve", "deny"]
+
+
+class TenantCreate(StrictBody):
+    name: str = Field(pattern=NAME_PATTERN)
+
+
+class TenantOut(BaseModel):
+    id: str
+    name: str
+
+
+class TokenCreate(StrictBody):
+    role: Literal["admin", "user", "auditor"]
+    label: str | None = Field(None, max_length=100)
+
+
+class TokenOut(BaseModel):
+    token: str
+    role: str
+    id: str | None = None
+    tenant: str | None = None
+
+
+class VerifyOut(BaseModel):
+    ok: bool
+    records: int
+    first_bad_seq: int | None
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    version: str

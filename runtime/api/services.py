@@ -1,0 +1,77 @@
+"""Everything one app instance holds, built in its lifespan and closed in reverse order.
+
+No module keeps state at import: the store, audit log, policy engine, sandbox backend,
+executor, tool registry, event hub, approvals and metrics all live here, per app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.api.events import EventHub
+from runtime.api.metrics import Metrics
+from runtime.approvals import ApprovalBroker
+from runtime.audit.store import AuditLog
+from runtime.config import Settings
+from runtime.logging import get_logger
+from runtime.policy.engine import PolicyEngine
+from runtime.sandbox.backend import SandboxBackend
+from runtime.store import SessionRecord, Store
+from runtime.workspace import Workspaces
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    store: Store
+    audit: AuditLog
+    policy: PolicyEngine
+    backend: SandboxBackend
+    executor: Any
+    tools: Any
+    workspaces: Workspaces
+    hub: EventHub = field(default_factory=EventHub)
+    approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
+    metrics: Metrics = field(default_factory=Metrics)
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+    _tenant_names: dict[str, str] = field(default_factory=dict)
+
+    async def tenant_name(self, tenant_id: str) -> str:
+        name = self._tenant_names.get(tenant_id)
+        if name is None:
+            tenant = await self.store.get_tenant(tenant_id)
+            name = tenant.name if tenant is not None else tenant_id
+            self._tenant_names[tenant_id] = name
+        return name
+
+    async def end_session(self, record: SessionRecord) -> None:
+        """Delete a session: deny its pending approvals, kill its runs, drop files and events."""
+        self.approvals.cancel_session(record.id)
+        with contextlib.suppress(Exception):
+            await self.executor.cancel_session(record.id)
+        await self.store.delete_session(record.tenant_id, record.id)
+        await asyncio.to_thread(self.workspaces.remove, record.tenant_id, record.id)
+        self.hub.drop(record.id)
+
+    async def kill_running(self, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.executor.kill_all(reason)
+
+    async def close(self) -> None:
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            with contextlib.suppress(BaseException):
+                await task
+        await self.kill_running("supervisor shutdown")
+        self.hub.close()
+        for closer in (self.tools.close, self.backend.close, self.audit.close, self.store.close):
+            try:
+                await closer()
+            except Exception as exc:  # keep closing the rest
+                log.warning("close_failed", error=str(exc))

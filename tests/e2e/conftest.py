@@ -1,0 +1,103 @@
+"""A real `navi serve` process on loopback, with its own data dir and admin token."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    admin_token: str
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    instance_env: dict[str, str] = field(default_factory=dict)
+
+    def client(self, token: str | None = None, **kw: object) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60, **kw)  # type: ignore[arg-type]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tenant_with_user(self, name: str | None = None, role: str = "user") -> tuple[str, str]:
+        """Create a tenant and a token of `role` in it; returns (tenant_id, token)."""
+        with self.client(self.admin_token) as admin:
+            tenant = admin.post("/v1/tenants", json={"name": name or f"t{secrets.token_hex(4)}"})
+            tenant.raise_for_status()
+            tenant_id = tenant.json()["id"]
+            token = admin.post(f"/v1/tenants/{tenant_id}/tokens", json={"role": role})
+            token.raise_for_status()
+            return tenant_id, token.json()["token"]
+
+    def token_for(self, tenant_id: str, role: str) -> str:
+        with self.client(self.admin_token) as admin:
+            resp = admin.post(f"/v1/tenants/{tenant_id}/tokens", json={"role": role})
+            resp.raise_for_status()
+            return str(resp.json()["token"])
+
+
+def start_server(tmp: Path, policy: Path | None = None, extra_env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    admin_token = "navi_admin_" + secrets.token_urlsafe(24)
+    data_dir = tmp / "data"
+    log_path = tmp / "server.log"
+    env = {**os.environ, "NAVI_ADMIN_TOKEN": admin_token, "NAVI_DATA_DIR": str(data_dir),
+           "NAVI_LOG_FORMAT": "json", **(extra_env or {})}
+    argv = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
+            "--port", str(port)]
+    if policy is not None:
+        argv += ["--policy", str(policy)]
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {log_path.read_text(errors='replace')}")
+        try:
+            if httpx.get(f"{url}/v1/healthz", timeout=1).status_code == 200:
+                return Server(url, admin_token, data_dir, process, log_path)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not come up: {log_path.read_text(errors='replace')}")
+
+
+def stop_server(server: Server) -> None:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("server"))
+    yield srv
+    stop_server(srv)
