@@ -16,6 +16,7 @@ Public API: ``image_ref``, ``list_images``, ``build_images`` (and ``connect`` fo
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import tempfile
 import time
@@ -51,6 +52,7 @@ LABEL_BASE_HASH = "navi.base.hash"
 
 BUILD_CACHE_DIR = PROJECT_ROOT / ".build"
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 log = get_logger(__name__)
@@ -225,21 +227,23 @@ def _docker_build(
                 pull=False, nocache=force, decode=True, buildargs={"BASE": base_ref},
                 labels=labels, network_mode="none" if offline else None,
             )
-            for chunk in stream:
+            error = ""
+            for chunk in stream:  # read to the end even after an error: closes the socket
                 if "error" in chunk:
-                    tail = "\n".join(lines[-15:])
-                    raise ImageBuildError(
-                        f"docker build of {ref} failed: {chunk['error'].strip()}\n{tail}",
-                        image=spec.name,
-                    )
+                    error = error or str(chunk["error"]).strip()
                 if "aux" in chunk and "ID" in chunk["aux"]:
                     image_id = chunk["aux"]["ID"]
-                text = chunk.get("stream", "")
+                text = _ANSI.sub("", str(chunk.get("stream", "")))
                 for line in text.splitlines():
                     if line.strip():
                         lines.append(line)
                     if line.startswith("Step "):
                         progress.note(spec.name, f"  +{elapsed():.0f} s {line[:110]}")
+            if error:
+                tail = "\n".join(lines[-15:])
+                raise ImageBuildError(
+                    f"docker build of {ref} failed: {error}\n{tail}", image=spec.name
+                )
     if not image_id:
         image = _inspect(client, ref)
         if image is None:
