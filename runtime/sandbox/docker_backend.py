@@ -37,7 +37,7 @@ from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.capture import StreamCapture
 from runtime.sandbox.docker_errors import map_docker_errors
-from runtime.sandbox.hostmounts import HardenState, ensure_nosuid_nodev
+from runtime.sandbox.hostmounts import HardenState, ensure_nosuid_nodev, release_nosuid_nodev
 from runtime.sandbox.instance import load_instance_id
 from runtime.sandbox.models import ExecRequest, ExecResult, MiB, OutputChunk
 from runtime.sandbox.reaper import Reaper
@@ -142,6 +142,8 @@ class DockerBackend:
             self._api.close()
             self._api = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+        release_nosuid_nodev(self.config.workspaces_root, self.workspaces_root_state)
+        self.workspaces_root_state = None
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()

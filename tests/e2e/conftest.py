@@ -32,6 +32,7 @@ class Server:
     data_dir: Path
     process: subprocess.Popen[bytes]
     log_path: Path
+    log_file: object = None
     instance_env: dict[str, str] = field(default_factory=dict)
 
     def client(self, token: str | None = None, **kw: object) -> httpx.Client:
@@ -75,14 +76,17 @@ def start_server(tmp: Path, policy: Path | None = None, extra_env: dict[str, str
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            log_file.close()
             raise RuntimeError(f"server exited: {log_path.read_text(errors='replace')}")
         try:
             if httpx.get(f"{url}/v1/healthz", timeout=1).status_code == 200:
-                return Server(url, admin_token, data_dir, process, log_path)
+                return Server(url, admin_token, data_dir, process, log_path, log_file)
         except httpx.TransportError:
             pass
         time.sleep(0.1)
     process.kill()
+    process.wait()
+    log_file.close()
     raise RuntimeError(f"server did not come up: {log_path.read_text(errors='replace')}")
 
 
@@ -94,6 +98,8 @@ def stop_server(server: Server) -> None:
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
+    if server.log_file is not None:
+        server.log_file.close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="module")
