@@ -90,3 +90,12 @@ async def subject_for(services: Services, principal: Principal, session: Session
     return Subject(tenant=principal.tenant_id, tenant_name=tenant_name, role=principal.role,
                    user=principal.token_id, profile=chosen,
                    session=session.id if session is not None else "none")
+
+
+async def _session_of_caller(session_id: str, request: Request, principal: SessionUser
+                             ) -> SessionRecord:
+    return await owned_session(get_services(request), principal, session_id)
+
+
+# Resolved before a (streaming) response starts, so a foreign session is a real 404.
+CallerSession = Annotated[SessionRecord, Depends(_session_of_caller)]

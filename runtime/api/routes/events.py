@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from runtime.api.deps import SessionUser, authenticate, bearer_token, get_services, owned_session
+from runtime.api.deps import (
+    CallerSession,
+    authenticate,
+    bearer_token,
+    get_services,
+    owned_session,
+)
 from runtime.api.events import Event
 from runtime.errors import Forbidden, NaviError
 
@@ -36,13 +42,11 @@ def _last_id(header: str | None, query: int | None) -> int | None:
 async def session_events(
     session_id: str,
     request: Request,
-    principal: SessionUser,
+    session: CallerSession,
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     after: int | None = Query(None, description="replay events after this id"),
 ) -> AsyncIterator[ServerSentEvent]:
-    services = get_services(request)
-    await owned_session(services, principal, session_id)
-    bus = services.hub.bus(session_id)
+    bus = get_services(request).hub.bus(session.id)
     async for event in bus.subscribe(_last_id(last_event_id, after)):
         yield sse_frame(event)
 
