@@ -11,12 +11,14 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.api.events import EventHub
+from runtime.api.events import EventHub, SessionEventBus
 from runtime.api.metrics import Metrics
 from runtime.approvals import ApprovalBroker
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
+from runtime.executor import Approver
 from runtime.logging import get_logger
+from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
 from runtime.store import SessionRecord, Store
@@ -48,6 +50,21 @@ class Services:
             name = tenant.name if tenant is not None else tenant_id
             self._tenant_names[tenant_id] = name
         return name
+
+    def approver_for(self, bus: SessionEventBus) -> Approver:
+        """An approver that asks the session's humans: `approval_required` on the bus, then
+        waits for `POST /v1/approvals/{id}` or the broker's timeout (denied)."""
+
+        async def approve(subject: Subject, action: Action, decision: Decision) -> bool:
+            approval = await self.approvals.ask(
+                tenant=subject.tenant, session=subject.session, tool=action.tool,
+                args=action.args, rule=decision.rule, reason=decision.reason,
+                announce=lambda a: bus.publish("approval_required", **a.public(),
+                                               approval_id=a.id),
+            )
+            return approval.status == "approved"
+
+        return approve
 
     async def end_session(self, record: SessionRecord) -> None:
         """Delete a session: deny its pending approvals, kill its runs, drop files and events."""

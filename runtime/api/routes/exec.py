@@ -70,10 +70,13 @@ class _LiveOutput:
 async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:
     bus = services.hub.bus(subject.session)
     bus.publish("tool_call", tool=body.tool, args=body.args, exec_id=exec_id)
+    workspace_path = await asyncio.to_thread(services.workspaces.verify, subject.tenant,
+                                             subject.session)
     workspace = await asyncio.to_thread(services.workspaces.open, subject.tenant, subject.session)
-    ctx = ToolContext(subject=subject, workspace=workspace, executor=services.executor,
-                      on_output=_LiveOutput(bus, exec_id), timeout_s=body.timeout_s,
-                      extra={"exec_id": exec_id})
+    ctx = ToolContext(subject=subject, workspace=workspace, workspace_path=workspace_path,
+                      executor=services.executor, on_output=_LiveOutput(bus, exec_id),
+                      timeout_s=body.timeout_s, exec_id=exec_id,
+                      approver=services.approver_for(bus))
     services.metrics.active.inc()
     try:
         result = await services.tools.registry.invoke(body.tool, body.args, ctx)
