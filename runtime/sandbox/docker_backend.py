@@ -149,6 +149,23 @@ class DockerBackend:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
 
+    async def _acquire(self, release: Callable[[T], None], fn: Callable[..., T], *args: Any) -> T:
+        """``_call`` for something that must be released: if we are cancelled while the
+        thread still runs, whatever it creates (container, socket) is released when it lands.
+        """
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+
+            def orphaned(done: asyncio.Future[T]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self._executor.submit(release, done.result())
+
+            future.add_done_callback(orphaned)
+            raise
+
     # -- one call --------------------------------------------------------------------------
 
     async def kill(self, exec_id: str) -> None:
@@ -216,7 +233,7 @@ class DockerBackend:
             workspaces_root=self.config.workspaces_root,
         )
         self._prepare_workspace(request.workspace)
-        container = await self._call(self._create, spec)
+        container = await self._acquire(self._remove, self._create, spec)
         self._running[request.exec_id] = container
         try:
             result = await self._drive(container, request, image_id, started, deadline, on_output)
@@ -242,11 +259,10 @@ class DockerBackend:
         deadline: float,
         on_output: OutputCallback | None,
     ) -> ExecResult:
+        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
         with map_docker_errors("attach to the sandbox container"):
-            attached = await self._call(
-                self.api.attach_socket,
-                container,
-                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0},
+            attached = await self._acquire(
+                attach.shutdown, self.api.attach_socket, container, params
             )
         sock = attach.raw_socket(attached)
         base = self.config.artifacts_dir / request.session / request.exec_id

@@ -85,7 +85,8 @@ def release_nosuid_nodev(root: Path, state: HardenState | None) -> None:
     """Undo our bind mount at shutdown (only if we made it), so the data dir stays removable."""
     if state != "remounted":
         return
-    done = subprocess.run(["umount", "--lazy", os.path.realpath(root)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["umount", "--lazy", os.path.realpath(root)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         log.warning("workspaces_root_release_failed", root=str(root), error=done.stderr.strip())

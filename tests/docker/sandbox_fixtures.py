@@ -1,0 +1,131 @@
+"""Fixtures for tests against a real Docker engine (imported by tests/docker and tests/security).
+
+Each test run gets its own ``navi.instance`` label value; every container the run creates
+carries it, and the sweep removes exactly those (after each test and at the end), never
+anything else on the engine.
+
+Image: ``NAVI_TEST_IMAGE``, default ``navi/python:latest``; locally (CI unset) a missing
+default falls back to ``navi-test/base:1``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.hostmounts import mount_options
+from runtime.sandbox.models import ExecRequest, ExecResult, Limits
+
+DEFAULT_IMAGE = "navi/python:latest"
+LOCAL_FALLBACK_IMAGE = "navi-test/base:1"
+SANDBOX_UID = 65534
+
+RunFn = Callable[..., Awaitable[ExecResult]]
+
+
+def sweep(api: docker.APIClient, instance_id: str) -> list[str]:
+    """Remove the containers of this test run (by its unique instance label) only."""
+    found = api.containers(all=True, filters={"label": f"navi.instance={instance_id}"})
+    for container in found:
+        api.remove_container(container["Id"], force=True)
+    return [c["Id"] for c in found]
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[docker.APIClient]:
+    api = docker.APIClient(version="auto", timeout=60)
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_api: docker.APIClient) -> str:
+    wanted = os.environ.get("NAVI_TEST_IMAGE", DEFAULT_IMAGE)
+    try:
+        docker_api.inspect_image(wanted)
+        return wanted
+    except docker.errors.ImageNotFound:
+        if wanted != DEFAULT_IMAGE or os.environ.get("CI"):
+            pytest.fail(f"test image {wanted} is missing; build it with `navi images build`")
+    docker_api.inspect_image(LOCAL_FALLBACK_IMAGE)
+    return LOCAL_FALLBACK_IMAGE
+
+
+@pytest.fixture(scope="session")
+def test_instance_id(docker_api: docker.APIClient) -> Iterator[str]:
+    instance_id = f"navi-test-{uuid.uuid4().hex[:12]}"
+    yield instance_id
+    sweep(docker_api, instance_id)
+
+
+@pytest.fixture(scope="session")
+def sandbox_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    data_dir = tmp_path_factory.mktemp("navi-data")
+    data_dir.chmod(0o755)
+    yield data_dir
+    root = os.path.realpath(data_dir / "workspaces")
+    if mount_options(Path(root))[0] == root:  # the backend bind-remounted it nosuid,nodev
+        subprocess.run(["umount", root], check=False)
+
+
+@pytest.fixture
+def backend_config(sandbox_data_dir: Path, test_instance_id: str) -> DockerBackendConfig:
+    return DockerBackendConfig(
+        data_dir=sandbox_data_dir,
+        workspaces_root=sandbox_data_dir / "workspaces",
+        sandbox_uid=SANDBOX_UID,
+        instance_id=test_instance_id,
+    )
+
+
+@pytest.fixture
+async def backend(
+    backend_config: DockerBackendConfig, docker_api: docker.APIClient, test_instance_id: str
+) -> AsyncIterator[DockerBackend]:
+    sandbox = DockerBackend(backend_config)
+    await sandbox.start()
+    yield sandbox
+    await sandbox.close()
+    sweep(docker_api, test_instance_id)
+
+
+@pytest.fixture
+def workspace(backend: DockerBackend, backend_config: DockerBackendConfig) -> Path:
+    path = backend_config.workspaces_root / f"ws-{uuid.uuid4().hex[:10]}"
+    path.mkdir(parents=True)
+    os.chown(path, SANDBOX_UID, SANDBOX_UID)
+    return path
+
+
+@pytest.fixture
+def run(backend: DockerBackend, sandbox_image: str, workspace: Path) -> RunFn:
+    """``await run(argv, stdin=..., limits=..., **request_fields)`` in the test workspace."""
+
+    async def _run(
+        argv: list[str], *, limits: Limits | None = None, on_output: Any = None, **fields: Any
+    ) -> ExecResult:
+        request = ExecRequest(
+            image=fields.pop("image", sandbox_image),
+            argv=argv,
+            exec_id=fields.pop("exec_id", f"t-{uuid.uuid4().hex[:12]}"),
+            workspace=fields.pop("workspace", workspace),
+            session=fields.pop("session", workspace.name),
+            tenant="test",
+            limits=limits or Limits(timeout_s=30),
+            **fields,
+        )
+        return await backend.run(request, on_output)
+
+    return _run
+
+
+def py(code: str) -> list[str]:
+    return ["python3", "-c", code]
