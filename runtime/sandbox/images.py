@@ -261,7 +261,6 @@ def _build_one(
     chash = content_hash(spec)
     current = _inspect(client, ref)
     if current is not None and not force and (current.labels or {}).get(LABEL_HASH) == chash:
-        progress.note(spec.name, f"{ref} is up to date ({chash[:12]})")
         return BuildResult(name=spec.name, ref=ref, status="up-to-date", image_id=current.id,
                            hash=chash, seconds=round(time.monotonic() - started, 2))
     progress.note(spec.name, f"building {ref} ({'forced' if force else 'hash ' + chash[:12]})")

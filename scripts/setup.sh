@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Sets up everything `make run` and `make test` need, on a fresh Debian 12 machine too:
+#   1. Debian packages: docker.io, mmdebstrap (and python3-venv) when missing (apt, as root)
+#   2. the Docker engine: dockerd started detached when `docker info` fails
+#   3. .venv with the project (`pip install -e '.[dev]'`, again only when pyproject.toml changed)
+#   4. the sandbox images, built offline (`navi images build`, skips up-to-date images)
+# Every step checks first and does nothing when already done, so a second run takes seconds.
+#
+# Environment: NAVI_DATA_DIR (default ./data; dockerd.log goes there), PYTHON (default python3),
+# IMAGES_BASE (e.g. debian:bookworm-slim: build the images on a registry base instead),
+# DOCKERD_TIMEOUT (seconds to wait for the engine, default 60).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+DATA_DIR="${NAVI_DATA_DIR:-./data}"
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+STAMP="$VENV/.navi-pyproject.sha256"
+DOCKERD_TIMEOUT="${DOCKERD_TIMEOUT:-60}"
+started=$(date +%s)
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'setup error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+install_system_packages() {
+    local missing=()
+    command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+    command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install python3 (>= 3.11)"
+    "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if ! is_root; then
+        die "missing: ${missing[*]}. Install as root, then run this again:
+    apt-get update && apt-get install -y ${missing[*]}"
+    fi
+    say "installing ${missing[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+}
+
+engine_error() { docker info 2>&1 >/dev/null | tail -n 3; }
+engine_up() { docker info >/dev/null 2>&1; }
+
+dockerd_running() {
+    local pid
+    pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+    command -v pgrep >/dev/null 2>&1 && pgrep -x dockerd >/dev/null 2>&1
+}
+
+start_engine() {
+    engine_up && return 0
+    command -v docker >/dev/null 2>&1 || die "the docker client is missing: apt-get install docker.io"
+    local log="$DATA_DIR/dockerd.log"
+    if [ -n "${DOCKER_HOST:-}" ]; then
+        die "DOCKER_HOST=$DOCKER_HOST does not answer: $(engine_error)"
+    elif dockerd_running; then
+        say "dockerd is already running; waiting for it to answer"
+    elif ! is_root; then
+        die "the Docker engine is not running and only root can start it ($(engine_error))"
+    else
+        mkdir -p "$DATA_DIR"
+        say "starting dockerd (log: $log)"
+        setsid nohup dockerd >>"$log" 2>&1 </dev/null &
+    fi
+    local waited=0
+    until engine_up; do
+        if [ "$waited" -ge "$DOCKERD_TIMEOUT" ]; then
+            printf 'setup error: the Docker engine did not answer within %s s: %s\n' \
+                "$DOCKERD_TIMEOUT" "$(engine_error)" >&2
+            if [ -f "$log" ]; then
+                printf -- '--- last lines of %s ---\n' "$log" >&2
+                tail -n 20 "$log" >&2
+            fi
+            exit 1
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    say "Docker engine is up (${waited} s)"
+}
+
+install_venv() {
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || die "$PYTHON is $("$PYTHON" --version 2>&1); Python >= 3.11 is needed (set PYTHON=...)"
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "creating $VENV"
+        "$PYTHON" -m venv "$VENV"
+    fi
+    local want
+    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ] || [ ! -x "$VENV/bin/navi" ]; then
+        say "installing the project into $VENV (pip install -e '.[dev]')"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+        echo "$want" >"$STAMP"
+    fi
+}
+
+build_images() {
+    local args=(images build)
+    [ -n "${IMAGES_BASE:-}" ] && args+=(--base "$IMAGES_BASE")
+    "$VENV/bin/navi" "${args[@]}"
+}
+
+install_system_packages
+start_engine
+install_venv
+build_images
+say "set-up done in $(( $(date +%s) - started )) s"
