@@ -28,7 +28,9 @@ class SessionOut(BaseModel):
 class ExecBody(StrictBody):
     tool: str = Field(pattern=NAME_PATTERN)
     args: dict[str, Any] = Field(default_factory=dict)
-    timeout_s: float | None = Field(None, gt=0, le=86400)
+    timeout_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="seconds; above the policy maximum it is clamped (the result says)")
 
 
 class ExecOut(BaseModel):

@@ -27,6 +27,7 @@ class _Server(uvicorn.Server):
         if services is not None and not self.should_exit:
             log.info("shutdown_requested", signal=sig)
             asyncio.get_event_loop().create_task(services.kill_running("supervisor shutdown"))
+            services.hub.close()  # end SSE/WS streams so uvicorn need not wait for them
         super().handle_exit(sig, frame)
 
 

@@ -59,7 +59,8 @@ class Server:
             return str(resp.json()["token"])
 
 
-def start_server(tmp: Path, policy: Path | None = None, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(tmp: Path, policy: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> Server:
     port = free_port()
     admin_token = "navi_admin_" + secrets.token_urlsafe(24)
     data_dir = tmp / "data"

@@ -104,7 +104,8 @@ def test_other_tenants_session_is_404(server: Server, tenants: dict[str, str], m
                                       path: str, body: object) -> None:
     with server.client(tenants["b_user"]) as owner:
         session = owner.post("/v1/sessions", json={}).json()["id"]
-        assert owner.put(f"/v1/sessions/{session}/files/a.txt", content=b"secret").status_code == 201
+        put = owner.put(f"/v1/sessions/{session}/files/a.txt", content=b"secret")
+        assert put.status_code == 201
     with server.client(tenants["a_user"]) as attacker:
         _assert_error(_send(attacker, method, path.format(s=session), body), 404, "not_found")
     with server.client(tenants["b_user"]) as owner:  # and nothing changed for the owner
