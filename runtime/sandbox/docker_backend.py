@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,12 @@ from typing import Any, TypeVar
 
 import docker.errors
 from docker import APIClient
+from docker.constants import DEFAULT_UNIX_SOCKET
 from docker.utils import kwargs_from_env
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.config import Settings
-from runtime.errors import SandboxError
+from runtime.errors import EngineUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
@@ -115,6 +117,19 @@ class DockerBackend:
         kwargs = kwargs_from_env()
         if self.config.base_url:
             kwargs["base_url"] = self.config.base_url
+        base_url = str(kwargs.get("base_url") or DEFAULT_UNIX_SOCKET)
+        if base_url.startswith(("unix://", "http+unix://")):
+            # the SDK leaks the socket of a failed connect; find out with our own first
+            path = base_url.split("://", 1)[1]
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(5)
+                try:
+                    probe.connect(path)
+                except OSError as exc:
+                    raise EngineUnavailable(
+                        f"cannot reach the Docker engine at {path}: {exc.strerror or exc}; "
+                        "is dockerd running?"
+                    ) from exc
         with map_docker_errors("connect"):
             return APIClient(version="auto", timeout=60, max_pool_size=64, **kwargs)
 
