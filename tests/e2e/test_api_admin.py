@@ -1,0 +1,42 @@
+"""Admin and observability routes: tenants, tokens, the loaded policy, Prometheus metrics."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import Server
+
+
+def test_tenant_and_token_lifecycle(server: Server) -> None:
+    with server.client(server.admin_token) as admin:
+        tenant = admin.post("/v1/tenants", json={"name": "lifecycle"})
+        assert tenant.status_code == 201 and set(tenant.json()) == {"id", "name"}
+        token = admin.post(f"/v1/tenants/{tenant.json()['id']}/tokens", json={"role": "user"})
+        assert token.status_code == 201
+        body = token.json()
+        assert body["role"] == "user" and body["token"].startswith("navi_")
+        assert tenant.json()["id"] in {t["id"] for t in admin.get("/v1/tenants").json()}
+    with server.client(body["token"]) as user:
+        assert user.get("/v1/sessions").json() == []
+    db = (server.data_dir / "navi.sqlite3").read_bytes()
+    assert body["token"].encode() not in db  # only its hash is stored
+
+
+def test_policies_shows_the_loaded_policy(server: Server) -> None:
+    with server.client(server.admin_token) as admin:
+        body = admin.get("/v1/policies").json()
+    assert body["path"].endswith("default.yaml")
+    assert "developer" in body["policy"]["profiles"]
+
+
+def test_metrics_count_executions(server: Server) -> None:
+    tenant, user = server.tenant_with_user()
+    with server.client(user) as client:
+        session = client.post("/v1/sessions", json={}).json()["id"]
+        client.post(f"/v1/sessions/{session}/exec", json={"tool": "todo",
+                                                         "args": {"action": "list"}})
+    with server.client(server.token_for(tenant, "auditor")) as auditor:
+        resp = auditor.get("/v1/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    assert 'navi_executions_total{outcome="ok",tool="todo"}' in resp.text
+    for name in ("navi_execution_duration_seconds", "navi_active_executions",
+                 "navi_policy_denials", "navi_audit_write_seconds"):
+        assert name in resp.text
