@@ -173,12 +173,20 @@ class DockerBackend:
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
+            try:
+                value = await asyncio.shield(future)  # let the step land, then undo it
+            except asyncio.CancelledError:  # cancelled again: undo it whenever it lands
 
-            def orphaned(done: asyncio.Future[T]) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    self._executor.submit(release, done.result())
+                def orphaned(done: asyncio.Future[T]) -> None:
+                    if not done.cancelled() and done.exception() is None:
+                        self._executor.submit(release, done.result())
 
-            future.add_done_callback(orphaned)
+                future.add_done_callback(orphaned)
+                raise
+            except Exception:
+                pass  # the step failed: nothing to undo
+            else:
+                await asyncio.shield(self._call(release, value))
             raise
 
     # -- one call --------------------------------------------------------------------------

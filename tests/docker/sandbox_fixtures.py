@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -33,9 +34,18 @@ RunFn = Callable[..., Awaitable[ExecResult]]
 
 def sweep(api: docker.APIClient, instance_id: str) -> list[str]:
     """Remove the containers of this test run (by its unique instance label) only."""
-    found = api.containers(all=True, filters={"label": f"navi.instance={instance_id}"})
+    label = {"label": f"navi.instance={instance_id}"}
+    found = api.containers(all=True, filters=label)
     for container in found:
-        api.remove_container(container["Id"], force=True)
+        try:
+            api.remove_container(container["Id"], force=True)
+        except docker.errors.APIError as exc:  # gone already, or its removal is under way
+            if exc.status_code not in (404, 409):
+                raise
+    for _ in range(50):
+        if not api.containers(all=True, filters=label):
+            break
+        time.sleep(0.1)
     return [c["Id"] for c in found]
 
 

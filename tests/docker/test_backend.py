@@ -67,7 +67,8 @@ async def test_output_streams_live(run: RunFn) -> None:
     done = time.monotonic()
     assert result.stdout == b"first\nsecond\n"
     assert b"".join(c.data for _, c in seen) == result.stdout
-    assert seen[0][1].data == b"first\n" and done - seen[0][0] > 1.0, "first chunk came late"
+    early = b"".join(c.data for t, c in seen if done - t > 1.0)
+    assert early == b"first\n", "the first line did not arrive while the program ran"
 
 
 async def test_stream_run_yields_chunks_then_result(
@@ -113,20 +114,21 @@ async def test_memory_exhaustion_is_reported_as_oom(run: RunFn) -> None:
     assert b"allocated" not in result.stdout
 
 
-async def test_fork_bomb_is_contained_and_host_stays_responsive(run: RunFn) -> None:
+async def test_fork_bomb_is_contained_and_host_stays_responsive(
+    run: RunFn, docker_api: docker.APIClient, test_instance_id: str
+) -> None:
+    started = time.monotonic()
     bomb = asyncio.create_task(
-        run(
-            ["bash", "-c", "f(){ f | f & }; f; sleep 4; echo survived"],
-            limits=Limits(timeout_s=15, pids=64),
-        )
+        run(["bash", "-c", "f(){ f | f & }; f; wait"], limits=Limits(timeout_s=5, pids=64))
     )
-    await asyncio.sleep(1.5)  # the bomb is going off now
+    await asyncio.sleep(2)  # the bomb is going off now
     probe_started = time.monotonic()
     host = await asyncio.to_thread(subprocess.run, ["sh", "-c", "echo alive"], capture_output=True)
     assert host.stdout == b"alive\n" and time.monotonic() - probe_started < 2
-    result = await bomb
-    assert b"survived" in result.stdout, result.stderr[-500:]
-    assert b"fork" in result.stderr or b"Resource temporarily unavailable" in result.stderr
+    result = await bomb  # it fizzles out against the pids limit, or dies at the deadline
+    assert time.monotonic() - started <= 5 + 1
+    assert b"fork" in result.stderr and b"Resource temporarily unavailable" in result.stderr
+    assert ours(docker_api, test_instance_id) == []
     after = await run(["echo", "next call fine"])
     assert after.stdout == b"next call fine\n"
 
