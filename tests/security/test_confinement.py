@@ -1,0 +1,209 @@
+"""One adversarial ``test_cant_*`` per isolation promise of DESIGN "The sandbox".
+
+Each runs hostile code in a real container made by ``DockerBackend`` and asserts the attempt
+fails for the reason the protection gives (EROFS, not just EACCES; EPERM from seccomp, not
+EFAULT from a reachable syscall). Each was shown to go red with its protection switched off
+(see the report of the sandbox issue, and the note in each docstring).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from runtime.errors import InvalidInput
+from runtime.sandbox.models import Limits, Mount
+from tests.docker.sandbox_fixtures import RunFn, py
+
+pytestmark = pytest.mark.docker
+
+LIBC = "import ctypes, os, json; libc = ctypes.CDLL(None, use_errno=True)\n"
+
+
+async def probe(run: RunFn, code: str, **fields: Any) -> Any:
+    """Run ``code`` (which prints one JSON document) in the sandbox and parse it."""
+    result = await run(py(LIBC + code), limits=Limits(timeout_s=20), **fields)
+    assert result.exit_code == 0, result.stderr.decode(errors="replace")
+    return json.loads(result.stdout)
+
+
+def status_fields(*names: str) -> str:
+    return (
+        "fields = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
+        f"print(json.dumps({{n: fields[n].strip() for n in {list(names)!r}}}))"
+    )
+
+
+async def test_cant_run_as_root(run: RunFn) -> None:
+    """Red with ``user`` unset (image default root)."""
+    ids = await probe(
+        run, "print(json.dumps([os.getuid(), os.geteuid(), os.getgid(), os.getgroups()]))"
+    )
+    uid, euid, gid, groups = ids
+    assert uid == euid == gid == 65534
+    assert 0 not in groups
+
+
+async def test_cant_use_capabilities(run: RunFn) -> None:
+    """Red without cap-drop ALL (the bounding set keeps Docker's default capabilities)."""
+    caps = await probe(run, status_fields("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+    assert caps == {name: "0000000000000000" for name in caps}
+
+
+async def test_cant_gain_new_privileges(run: RunFn) -> None:
+    """Red without ``no-new-privileges``."""
+    assert await probe(run, status_fields("NoNewPrivs")) == {"NoNewPrivs": "1"}
+
+
+async def test_cant_escape_the_seccomp_filter(run: RunFn) -> None:
+    """Red unconfined (Seccomp 0, keyctl works) and with Docker's default profile
+    (io_uring_setup reaches the kernel: EFAULT instead of EPERM)."""
+    code = (
+        "fields = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
+        "keyctl = libc.syscall(250, 0, -3, 1); e1 = ctypes.get_errno()\n"
+        "uring = libc.syscall(425, 1, 0); e2 = ctypes.get_errno()\n"
+        "print(json.dumps([fields['Seccomp'].strip(), keyctl, e1, uring, e2]))"
+    )
+    mode, keyctl, keyctl_errno, uring, uring_errno = await probe(run, code)
+    assert mode == "2"
+    assert (keyctl, keyctl_errno) == (-1, 1), "keyctl must fail with EPERM"
+    assert (uring, uring_errno) == (-1, 1), "io_uring_setup must fail with EPERM"
+
+
+async def test_cant_ptrace(run: RunFn) -> None:
+    """Red with Docker's default profile (it allows ptrace on kernels >= 4.8)."""
+    code = "r = libc.ptrace(0, 0, None, None); print(json.dumps([r, ctypes.get_errno()]))"
+    assert await probe(run, code) == [-1, 1]
+
+
+async def test_cant_unshare_namespaces(run: RunFn) -> None:
+    """Red unconfined: unprivileged user namespaces are enabled on this kernel."""
+    code = "r = libc.unshare(0x10000000); print(json.dumps([r, ctypes.get_errno()]))"
+    assert await probe(run, code) == [-1, 1]
+
+
+async def test_cant_mount(run: RunFn) -> None:
+    """Even via a fresh user namespace (which would grant CAP_SYS_ADMIN over it).
+    Red unconfined: unshare + mount of a tmpfs succeed."""
+    code = (
+        "u = libc.unshare(0x10000000 | 0x00020000); e1 = ctypes.get_errno()\n"
+        "m = libc.mount(b'none', b'/tmp', b'tmpfs', 0, None); e2 = ctypes.get_errno()\n"
+        "print(json.dumps([u, e1, m, e2]))"
+    )
+    unshared, _, mounted, mount_errno = await probe(run, code)
+    assert unshared == -1
+    assert (mounted, mount_errno) == (-1, 1)
+
+
+async def test_cant_write_the_root_filesystem(run: RunFn) -> None:
+    """EROFS, not merely EACCES: red without ``--read-only``."""
+    code = (
+        "import errno\nout = {}\n"
+        "for p in ['/etc/x', '/usr/x', '/x', '/var/tmp/x']:\n"
+        "    try: open(p, 'w'); out[p] = 'written'\n"
+        "    except OSError as e: out[p] = errno.errorcode[e.errno]\n"
+        "root = [l.split() for l in open('/proc/self/mountinfo') if l.split()[4] == '/']\n"
+        "out['root_opts'] = root[-1][5]\n"
+        "print(json.dumps(out))"
+    )
+    out = await probe(run, code)
+    assert out.pop("root_opts").split(",")[0] == "ro"
+    assert set(out.values()) == {"EROFS"}, out
+
+
+async def test_cant_see_a_network_interface_but_lo(run: RunFn) -> None:
+    """Red with the default bridge network (eth0 appears)."""
+    assert await probe(run, "print(json.dumps(sorted(os.listdir('/sys/class/net'))))") == ["lo"]
+
+
+@pytest.fixture
+def host_listeners(docker_api: docker.APIClient) -> Iterator[list[tuple[str, int]]]:
+    """Listening sockets on the host's loopback and, when the engine has its default bridge
+    up, on the bridge gateway (the address a container with a network would reach us on)."""
+    ipam = docker_api.inspect_network("bridge")["IPAM"]["Config"][0]
+    gateway = ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
+    sockets = []
+    for address in ("127.0.0.1", gateway):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((address, 0))
+        except OSError:  # no docker0 on this host right now: loopback only
+            sock.close()
+            continue
+        sock.listen(8)
+        sockets.append(sock)
+    yield [s.getsockname() for s in sockets]
+    for sock in sockets:
+        sock.close()
+
+
+async def test_cant_connect_to_the_host(run: RunFn, host_listeners: list[tuple[str, int]]) -> None:
+    """Red with the bridge network: the gateway listener accepts the connection."""
+    code = (
+        f"targets = {host_listeners!r}\nimport socket\nout = []\n"
+        "for host, port in targets:\n"
+        "    s = socket.socket(); s.settimeout(2)\n"
+        "    try: s.connect((host, port)); out.append('connected')\n"
+        "    except OSError as e: out.append(type(e).__name__)\n"
+        "print(json.dumps(out))"
+    )
+    assert "connected" not in await probe(run, code)
+
+
+async def test_cant_reach_the_docker_socket(run: RunFn, workspace: Path) -> None:
+    """Nothing of the host but the workspace; a socket can't be smuggled in as a mount.
+    Red when ``_check_source`` stops refusing special files."""
+    code = (
+        "paths = ['/var/run/docker.sock', '/run/docker.sock']\n"
+        "mounts = open('/proc/self/mountinfo').read()\n"
+        "print(json.dumps([any(os.path.exists(p) for p in paths), 'docker.sock' in mounts]))"
+    )
+    assert await probe(run, code) == [False, False]
+    sock = Path(os.path.realpath("/var/run/docker.sock"))
+    with pytest.raises(InvalidInput, match="regular file or directory"):
+        await run(["true"], mounts=[Mount(source=sock, target="/inputs/docker.sock")])
+
+
+async def test_cant_read_the_supervisor_environment(
+    run: RunFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red when the sandbox env is built from ``os.environ``."""
+    canary = f"canary-{os.urandom(8).hex()}"
+    monkeypatch.setenv("NAVI_TEST_CANARY", canary)
+    code = (
+        "blobs = [json.dumps(dict(os.environ))]\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    try: blobs.append(open(f'/proc/{pid}/environ', 'rb').read().decode('latin-1'))\n"
+        "    except (OSError, ValueError): pass\n"
+        "print(json.dumps(blobs))"
+    )
+    blobs = await probe(run, code)
+    assert len(blobs) >= 2, "found no process environment to inspect"
+    assert not any(canary in blob for blob in blobs)
+
+
+async def test_cant_setuid_to_root(run: RunFn, workspace: Path) -> None:
+    """A setuid-root binary planted in the workspace runs with our uid: the workspace is
+    mounted nosuid and no-new-privileges ignores set-id bits. Red only with both off."""
+    planted = workspace / "id"
+    shutil.copy("/usr/bin/id", planted)
+    os.chown(planted, 0, 0)
+    planted.chmod(0o4755)
+    code = (
+        "import subprocess\n"
+        "euid = subprocess.run(['./id', '-u'], capture_output=True, text=True).stdout.strip()\n"
+        "ws = [l.split() for l in open('/proc/self/mountinfo') if l.split()[4] == '/workspace']\n"
+        "print(json.dumps([euid, ws[-1][5].split(',')]))"
+    )
+    euid, options = await probe(run, code)
+    assert euid == "65534"
+    assert {"nosuid", "nodev"} <= set(options)
