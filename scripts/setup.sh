@@ -40,20 +40,20 @@ install_system_packages() {
     apt-get install -y -q "${missing[@]}"
 }
 
-engine_error() { docker info 2>&1 >/dev/null | tail -n 3; }
+engine_error() { docker version --format '{{.Server.Version}}' 2>&1 >/dev/null | head -n 2; }
 engine_up() { docker info >/dev/null 2>&1; }
 
+# The default dockerd's pidfile: a live pid there means "starting up, wait", not "start one".
 dockerd_running() {
     local pid
     pid=$(cat /var/run/docker.pid 2>/dev/null || true)
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
-    command -v pgrep >/dev/null 2>&1 && pgrep -x dockerd >/dev/null 2>&1
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
 }
 
 start_engine() {
     engine_up && return 0
     command -v docker >/dev/null 2>&1 || die "the docker client is missing: apt-get install docker.io"
-    local log="$DATA_DIR/dockerd.log"
+    local log="$DATA_DIR/dockerd.log" started_pid=""
     if [ -n "${DOCKER_HOST:-}" ]; then
         die "DOCKER_HOST=$DOCKER_HOST does not answer: $(engine_error)"
     elif dockerd_running; then
@@ -64,12 +64,17 @@ start_engine() {
         mkdir -p "$DATA_DIR"
         say "starting dockerd (log: $log)"
         setsid nohup dockerd >>"$log" 2>&1 </dev/null &
+        started_pid=$!
     fi
-    local waited=0
+    local waited=0 problem=""
     until engine_up; do
-        if [ "$waited" -ge "$DOCKERD_TIMEOUT" ]; then
-            printf 'setup error: the Docker engine did not answer within %s s: %s\n' \
-                "$DOCKERD_TIMEOUT" "$(engine_error)" >&2
+        if [ -n "$started_pid" ] && ! kill -0 "$started_pid" 2>/dev/null && ! dockerd_running; then
+            problem="dockerd exited"
+        elif [ "$waited" -ge "$DOCKERD_TIMEOUT" ]; then
+            problem="the Docker engine did not answer within $DOCKERD_TIMEOUT s"
+        fi
+        if [ -n "$problem" ]; then
+            printf 'setup error: %s: %s\n' "$problem" "$(engine_error)" >&2
             if [ -f "$log" ]; then
                 printf -- '--- last lines of %s ---\n' "$log" >&2
                 tail -n 20 "$log" >&2

@@ -26,11 +26,12 @@ from typing import IO, Any, Literal
 
 import docker
 import docker.errors
+import requests.exceptions
 from pydantic import BaseModel
 
 from runtime import __version__
 from runtime.config import PROJECT_ROOT, Settings
-from runtime.errors import ConfigError, ImageBuildError
+from runtime.errors import ConfigError, EngineUnavailable, ImageBuildError
 from runtime.logging import get_logger
 from runtime.sandbox.docker_errors import map_docker_errors
 from runtime.sandbox.image_inputs import download_wheels, make_rootfs
@@ -94,9 +95,14 @@ def image_ref(name: str, settings: Settings | None = None) -> str:
 
 def connect(timeout: int = 120) -> docker.DockerClient:
     """A client for the local engine; ``EngineUnavailable`` (with a hint) when it is not up."""
-    with map_docker_errors("connect to the engine"):
+    try:
         client = docker.from_env(timeout=timeout)
         client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineUnavailable(
+            f"the Docker engine is unreachable ({exc}); start it (`make setup` starts "
+            "dockerd) or point DOCKER_HOST at it"
+        ) from exc
     return client
 
 
