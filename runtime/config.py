@@ -32,6 +32,18 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(None, description="API key for that server.")
     model: str = Field("gemma3:270m", description="Model name the agent loop asks for.")
     persona: str | None = Field(None, description="Persona text, or @path to a file with it.")
+    profiles_dir: Path = Field(
+        PROJECT_ROOT / "policies" / "profiles", description="Agent profiles (one YAML each)."
+    )
+    ollama_blacklist_s: float = Field(
+        60.0, ge=0, description="Seconds a failing Ollama host is skipped before a retry."
+    )
+    llm_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds to wait for the model's next output before giving up."
+    )
+    approval_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds a policy `ask` waits for a human before it is denied."
+    )
     log_format: Literal["console", "json"] = Field("console", description="Log renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")

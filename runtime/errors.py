@@ -13,6 +13,8 @@
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
+    ├── LLMError                    the model server answered badly (502)
+    │   └── LLMUnavailable          no model server answered (503)
     └── SandboxError                the sandbox broke (not: the user's program failed)
         ├── EngineUnavailable       Docker engine unreachable
         ├── ImageMissing            sandbox image not built
@@ -87,6 +89,14 @@ class AuditUnavailable(NaviError):
 
 class AuditIntegrityError(NaviError):
     code = "audit_integrity"
+
+
+class LLMError(NaviError):
+    code = "llm_error"
+
+
+class LLMUnavailable(LLMError):
+    code = "llm_unavailable"
 
 
 class SandboxError(NaviError):

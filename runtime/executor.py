@@ -188,9 +188,11 @@ class Executor:
                                  f"{decision.reason}; approval required but no approver")
             assert approve is not None
             granted = await approve(subject, action, decision)
+            by = getattr(granted, "decided_by", None)  # approvers may say who decided
             await self.audit.append(AuditEntry(
                 kind="approval", decision="approved" if granted else "refused",
-                rule=decision.rule, reason=decision.reason, **base))
+                rule=decision.rule, reason=decision.reason,
+                detail=f"decided_by: {by}" if by else None, **base))
             if not granted:
                 raise PolicyDenied(f"{decision.reason}; approval refused", rule=decision.rule)
             key = (subject.tenant, action.tool)

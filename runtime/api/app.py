@@ -10,8 +10,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from runtime import __version__
+from runtime.agent import AgentService
 from runtime.api.errors import install_error_handlers
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
+from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.services import Services
 from runtime.audit.store import AuditLog
@@ -53,6 +55,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         tools = build_tools(settings.data_dir, policy=policy)
         await tools.open()
         opened.append(tools.close)
+        agent = AgentService.from_settings(settings)
+        opened.append(agent.close)
     except BaseException:
         for close in reversed(opened):
             with contextlib.suppress(Exception):
@@ -60,7 +64,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         raise
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
-                        workspaces=Workspaces.from_settings(settings))
+                        workspaces=Workspaces.from_settings(settings), agent=agent)
     await _start_sandbox(services)
     return services
 
@@ -104,6 +108,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     )
     install_error_handlers(app)
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
-                   events.router, tool_routes.router, approvals.router, audit.router):
+                   events.router, tool_routes.router, approvals.router, audit.router,
+                   message_routes.router):
         app.include_router(router)
     return app

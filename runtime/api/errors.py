@@ -34,6 +34,8 @@ STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.EngineUnavailable, 503),
     (errors.ImageMissing, 503),
     (errors.SandboxError, 500),
+    (errors.LLMUnavailable, 503),
+    (errors.LLMError, 502),
     (errors.ConfigError, 500),
 ]
 

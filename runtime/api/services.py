@@ -27,6 +27,17 @@ from runtime.workspace import Workspaces
 log = get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class Granted:
+    """An approver's answer: truthy when approved; `decided_by` goes to the audit record."""
+
+    approved: bool
+    decided_by: str
+
+    def __bool__(self) -> bool:
+        return self.approved
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -41,6 +52,7 @@ class Services:
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     metrics: Metrics = field(default_factory=Metrics)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    agent: Any = None  # runtime.agent.AgentService (the agent loop's turns)
     _tenant_names: dict[str, str] = field(default_factory=dict)
 
     async def tenant_name(self, tenant_id: str) -> str:
@@ -55,20 +67,24 @@ class Services:
         """An approver that asks the session's humans: `approval_required` on the bus, then
         waits for `POST /v1/approvals/{id}` or the broker's timeout (denied)."""
 
-        async def approve(subject: Subject, action: Action, decision: Decision) -> bool:
+        async def approve(subject: Subject, action: Action, decision: Decision) -> Granted:
             approval = await self.approvals.ask(
                 tenant=subject.tenant, session=subject.session, tool=action.tool,
                 args=action.args, rule=decision.rule, reason=decision.reason,
                 announce=lambda a: bus.publish("approval_required", **a.public(),
                                                approval_id=a.id),
+                timeout_s=self.settings.approval_timeout_s,
             )
-            return approval.status == "approved"
+            return Granted(approval.status == "approved",
+                           approval.decided_by or f"system:{approval.status}")
 
         return approve
 
     async def end_session(self, record: SessionRecord) -> None:
         """Delete a session: deny its pending approvals, kill its runs, drop files and events."""
         self.approvals.cancel_session(record.id)
+        if self.agent is not None:
+            await self.agent.cancel(record.id)
         with contextlib.suppress(Exception):
             await self.executor.cancel_session(record.id)
         await self.store.delete_session(record.tenant_id, record.id)
@@ -85,6 +101,9 @@ class Services:
         for task in self.background:
             with contextlib.suppress(BaseException):
                 await task
+        if self.agent is not None:
+            with contextlib.suppress(Exception):
+                await self.agent.close()
         await self.kill_running("supervisor shutdown")
         self.hub.close()
         for closer in (self.tools.close, self.backend.close, self.audit.close, self.store.close):

@@ -5,7 +5,7 @@ Each migration runs once, inside one ``BEGIN IMMEDIATE`` transaction together wi
 opening the same file (``navi serve`` and ``navi tokens create``) cannot both apply it.
 
 To change the schema, APPEND a ``Migration`` with the next number; never edit or renumber one
-that has shipped. Version 2 is reserved for the agent's ``messages`` and ``memory`` tables.
+that has shipped. Version 2 holds the agent's ``messages``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX sessions_by_tenant ON sessions(tenant_id, created_at)",
         ),
     ),
-    # Migration(2, "messages, memory", (...)) -- reserved for the agent loop.
+    Migration(
+        2,
+        "messages",  # the agent's conversation (runtime.agent.history); memory has its own file
+        (
+            """CREATE TABLE messages (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                turn_id TEXT NOT NULL,
+                role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'summary')),
+                content TEXT NOT NULL DEFAULT '',
+                thinking TEXT,
+                tool_calls TEXT,
+                tool_call_id TEXT,
+                tool_name TEXT,
+                meta TEXT,
+                created_at REAL NOT NULL
+            )""",
+            "CREATE INDEX messages_by_session ON messages(session_id, id)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -75,7 +76,7 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
             await websocket.close(code=4401 if code == "unauthorized" else 4403)
         return
     await websocket.send_json({"type": "ready", "session": session_id})
-    reader = asyncio.create_task(_drain(websocket))
+    reader = asyncio.create_task(_drain(websocket, services, session_id))
     try:
         async for event in services.hub.bus(session_id).subscribe(last):
             if reader.done():
@@ -89,8 +90,13 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
             await websocket.close()
 
 
-async def _drain(websocket: WebSocket) -> None:
-    """Read (and, for now, ignore) client messages so a disconnect is noticed."""
+async def _drain(websocket: WebSocket, services: Any, session_id: str) -> None:
+    """Read client messages so a disconnect is noticed; `{"type": "cancel"}` cancels the
+    running agent turn (its container is killed); anything else is ignored."""
     with contextlib.suppress(WebSocketDisconnect, RuntimeError):
         while True:
-            await websocket.receive_text()
+            text = await websocket.receive_text()
+            with contextlib.suppress(ValueError):
+                message = json.loads(text) if len(text) <= 4096 else None
+                if isinstance(message, dict) and message.get("type") == "cancel":
+                    await services.agent.cancel(session_id, services)

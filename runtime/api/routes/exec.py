@@ -9,7 +9,6 @@ session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -18,15 +17,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.sse import EventSourceResponse, format_sse_event
 
+from runtime.agent.live_output import LiveOutput as _LiveOutput
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.errors import status_for
-from runtime.api.events import SessionEventBus
 from runtime.api.schemas import ExecBody, ExecOut
 from runtime.api.services import Services
 from runtime.errors import NaviError, PolicyDenied
 from runtime.executor import new_exec_id
 from runtime.policy.decision import Subject
-from runtime.sandbox.models import OutputChunk
 from runtime.tools import ToolContext, ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
@@ -50,21 +48,6 @@ def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
                    stderr=result.error or "", timed_out=False, oom_killed=False, truncated=False,
                    duration_ms=0, exec_id=exec_id, audit_seq=None, output=result.output,
                    metadata=meta)
-
-
-class _LiveOutput:
-    """Publishes a run's output on the session bus, decoding UTF-8 across chunk boundaries."""
-
-    def __init__(self, bus: SessionEventBus, exec_id: str) -> None:
-        self.bus = bus
-        self.exec_id = exec_id
-        self._decoders = {s: codecs.getincrementaldecoder("utf-8")("replace")
-                          for s in ("stdout", "stderr")}
-
-    async def __call__(self, chunk: OutputChunk) -> None:
-        text = self._decoders[chunk.stream].decode(chunk.data)
-        if text:
-            self.bus.publish("exec_output", exec_id=self.exec_id, stream=chunk.stream, data=text)
 
 
 async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:

@@ -1,0 +1,209 @@
+"""One turn of the agent: model -> tool calls -> Executor -> results -> model ... -> answer.
+
+Events, in order, all carrying `turn_id`:
+`stream_start` once; per model step: `thinking_delta`* `thinking_end`, `stream_delta`*,
+then per tool call `tool_call` {tool,args,exec_id,call_id}, (`approval_required`),
+`exec_output`* {exec_id,stream,data}, `tool_result` {tool,success,output,exec_id,...};
+and exactly one ending: `stream_end` {content, stop_reason, usage, iterations} where
+stop_reason is `stop` (final answer), `max_iterations`, `stalled`, `cancelled` or
+`too_long`; or `error` {code, message} when the model server failed.
+Everything the turn produced is stored as it happens (user, assistant and tool rows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.agent.caps import ANSWER_TEXT, STORED_THINKING, clip
+from runtime.agent.context import ContextBuilder
+from runtime.agent.events import TurnEvents
+from runtime.agent.history import MessageStore
+from runtime.agent.llm.types import (
+    ChatRequest,
+    Done,
+    ImageInput,
+    LLMBackend,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallChunk,
+    ToolCallRequest,
+    Usage,
+)
+from runtime.agent.profiles import AgentProfile
+from runtime.agent.prompt import annotate, system_prompt
+from runtime.agent.tool_runner import Stalled, ToolRunner
+from runtime.errors import NaviError
+from runtime.logging import get_logger
+from runtime.policy.decision import Subject
+
+log = get_logger(__name__)
+
+MAX_CALLS_PER_STEP = 8
+
+
+@dataclass
+class Answer:
+    text: str = ""
+    thinking: str = ""
+    calls: list[ToolCallRequest] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    too_long: bool = False
+    served_by: str | None = None
+
+
+@dataclass
+class TurnSetup:
+    services: Any
+    backend: LLMBackend
+    history: MessageStore
+    profile: AgentProfile
+    persona: str | None
+    model: str
+    subject: Subject
+    turn_id: str
+    content: str
+
+
+class Turn:
+    def __init__(self, setup: TurnSetup, events: TurnEvents) -> None:
+        self.s = setup
+        self.events = events
+        self.usage = Usage()
+        self.iterations = 0
+        self.partial = ""
+        self._live: list[str] = []
+        self.runner: ToolRunner | None = None
+
+    async def run(self) -> None:
+        s = self.s
+        self.events.emit("stream_start", model=s.model, profile=s.profile.name,
+                         backend=s.backend.name, max_iterations=s.profile.max_iterations)
+        try:
+            reason, content = await self._steps()
+        except Stalled as exc:
+            reason = "stalled"
+            content = (f"Stopped: `{exc.tool}` was called {exc.times} times with the same "
+                       "arguments without making progress. Try rephrasing the request.")
+            if self.partial:
+                content = self.partial + "\n\n" + content
+        except asyncio.CancelledError:
+            said = "".join(self._live) or self.partial
+            await asyncio.shield(self._finish("cancelled", said or "(cancelled)"))
+            raise
+        except NaviError as exc:
+            self.events.emit("error", code=exc.code, message=clip(exc.message, 2000),
+                             iterations=self.iterations)
+            await s.history.append(s.subject.session, s.turn_id, "assistant", "",
+                                   meta={"error": exc.code, "message": clip(exc.message, 500)})
+            log.warning("turn_failed", code=exc.code, message=exc.message)
+            return
+        await self._finish(reason, content)
+
+    async def _finish(self, reason: str, content: str) -> None:
+        s = self.s
+        usage = self.usage.model_dump()
+        if reason != "stop":  # a stop's answer is already stored with its step
+            await s.history.append(s.subject.session, s.turn_id, "assistant", content,
+                                   meta={"stop_reason": reason, "usage": usage})
+        self.events.emit("stream_end", content=clip(content, ANSWER_TEXT), stop_reason=reason,
+                         usage=usage, iterations=self.iterations)
+        log.info("turn_done", turn=s.turn_id, stop_reason=reason, iterations=self.iterations,
+                 **usage)
+
+    async def _steps(self) -> tuple[str, str]:
+        s = self.s
+        specs = await s.services.tools.registry.specs(s.subject)
+        offered = [t for t in specs if s.profile.offers(t.name, t.group)]
+        tools = [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                 for t in offered]
+        self.runner = ToolRunner(s.services, s.subject, self.events,
+                                 {t.name: t.group for t in offered}, s.profile.stall_repeats)
+        system = system_prompt(s.profile, s.persona, [t.name for t in offered])
+        reported = await s.backend.context_window(s.model)
+        window = min(s.profile.context_window, reported or s.profile.context_window)
+        builder = ContextBuilder(s.history, s.backend, s.model, window, s.subject.session,
+                                 s.turn_id)
+        images: dict[str, list[ImageInput]] = {}
+        failed: set[str] = set()
+        last_text = ""
+        for iteration in range(1, s.profile.max_iterations + 1):
+            self.iterations = self.events.iteration = iteration
+            messages = await builder.build(
+                system, tools, images,
+                lambda m, i=iteration: annotate(m, s.profile, iteration=i, goal=s.content,
+                                                failed_calls=failed))
+            answer = await self._ask(ChatRequest(
+                model=s.model, messages=messages, tools=tools,
+                temperature=s.profile.temperature, think=s.profile.think, num_ctx=window))
+            calls = [c.model_copy(update={"id": f"{s.turn_id}_{iteration}_{n}"})
+                     for n, c in enumerate(answer.calls, start=1)]
+            await s.history.append(
+                s.subject.session, s.turn_id, "assistant", answer.text,
+                thinking=answer.thinking or None,
+                tool_calls=[c.model_dump() for c in calls],
+                meta={"usage": answer.usage.model_dump(), "iteration": iteration,
+                      "served_by": answer.served_by, **({} if calls else {
+                          "stop_reason": "too_long" if answer.too_long else "stop"})})
+            last_text = answer.text
+            if answer.too_long:
+                return "too_long", answer.text + "\n\n[stopped: the answer was too long]"
+            if not calls:
+                return "stop", answer.text
+            self.partial = answer.text
+            images.clear()
+            for n, call in enumerate(calls):
+                if n >= MAX_CALLS_PER_STEP:
+                    await self._store_tool(call, f"Error: at most {MAX_CALLS_PER_STEP} tool "
+                                           "calls per step; this one was not run.",
+                                           {"success": False})
+                    failed.add(call.id)
+                    continue
+                outcome = await self.runner.run(call)
+                if not outcome.success:
+                    failed.add(call.id)
+                if outcome.images:
+                    images[call.id] = outcome.images
+                await self._store_tool(call, outcome.content, outcome.meta)
+        note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
+                "final answer.")
+        return "max_iterations", (last_text + "\n\n" + note) if last_text else note
+
+    async def _store_tool(self, call: ToolCallRequest, content: str, meta: dict[str, Any]
+                          ) -> None:
+        s = self.s
+        await s.history.append(s.subject.session, s.turn_id, "tool", content,
+                               tool_call_id=call.id, tool_name=call.name, meta=meta)
+
+    async def _ask(self, request: ChatRequest) -> Answer:
+        answer = Answer()
+        text = self._live = []
+        thinking: list[str] = []
+        size = 0
+        async with contextlib.aclosing(self.s.backend.stream(request)) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, ThinkingDelta | TextDelta):
+                    size += len(chunk.text)
+                    if size > ANSWER_TEXT:
+                        answer.too_long = True
+                        break
+                if isinstance(chunk, ThinkingDelta):
+                    thinking.append(chunk.text)
+                    self.events.delta("thinking", chunk.text)
+                elif isinstance(chunk, TextDelta):
+                    text.append(chunk.text)
+                    self.events.delta("text", chunk.text)
+                elif isinstance(chunk, ToolCallChunk):
+                    self.events.end_thinking()
+                    answer.calls.append(chunk.call)
+                elif isinstance(chunk, Done):
+                    answer.usage = chunk.usage
+                    answer.served_by = chunk.served_by
+        self.events.end_thinking()
+        self.events.flush()
+        answer.text = "".join(text)
+        answer.thinking = clip("".join(thinking), STORED_THINKING)
+        self.usage = self.usage + answer.usage
+        return answer

@@ -1,0 +1,81 @@
+"""The agent in a session: send a message (the turn runs in the background), read the
+conversation, cancel the running turn. What happens is streamed on the session's events."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request, status
+from pydantic import BaseModel, Field
+
+from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
+from runtime.api.schemas import StrictBody
+from runtime.errors import NotFound
+
+router = APIRouter(prefix="/v1/sessions", tags=["agent"])
+
+MAX_MESSAGE_CHARS = 64 * 1024
+
+
+class MessageBody(StrictBody):
+    content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+
+
+class TurnOut(BaseModel):
+    turn_id: str
+    session: str
+
+
+class CancelOut(BaseModel):
+    turn_id: str
+    cancelled: bool
+
+
+class MessageOut(BaseModel):
+    id: int
+    turn_id: str
+    role: Literal["user", "assistant", "tool", "summary"]
+    content: str
+    thinking: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    created_at: float
+
+
+@router.post("/{session_id}/messages", response_model=TurnOut,
+             status_code=status.HTTP_202_ACCEPTED)
+async def post_message(session_id: str, body: MessageBody, request: Request,
+                       principal: SessionUser) -> TurnOut:
+    """Start a turn; 409 `conflict` while another turn of this session runs."""
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    subject = await subject_for(services, principal, record)
+    if "\x00" in body.content:
+        body = MessageBody(content=body.content.replace("\x00", ""))
+    turn_id = await services.agent.start_turn(services, subject, body.content)
+    return TurnOut(turn_id=turn_id, session=record.id)
+
+
+@router.get("/{session_id}/messages", response_model=list[MessageOut])
+async def list_messages(
+    session_id: str, request: Request, principal: SessionUser,
+    after: int = Query(0, ge=0, description="only messages with a larger id"),
+    limit: int = Query(1000, ge=1, le=1000),
+) -> list[MessageOut]:
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    rows = await services.agent.history(services, record.id, after=after, limit=limit)
+    return [MessageOut(**row.model_dump()) for row in rows]
+
+
+@router.delete("/{session_id}/turn", response_model=CancelOut)
+async def cancel_turn(session_id: str, request: Request, principal: SessionUser) -> CancelOut:
+    """Cancel the running turn: its container is killed; 404 when no turn runs."""
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    turn_id = await services.agent.cancel(record.id, services)
+    if turn_id is None:
+        raise NotFound("no turn is running in this session")
+    return CancelOut(turn_id=turn_id, cancelled=True)
