@@ -50,6 +50,7 @@ DB_NAME = "audit.sqlite3"
 MIRROR_NAME = "audit.jsonl"
 CHECKPOINT_NAME = "audit.checkpoint.json"
 INSTANCES_DIR = "audit.instances"
+SCHEMA_VERSION = 1
 _INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 SCHEMA = """
@@ -140,6 +141,7 @@ class AuditLog:
             await db.execute("PRAGMA synchronous=FULL")
             await db.execute("PRAGMA busy_timeout=30000")
             await db.executescript(SCHEMA)
+            await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a real write: RO fails
             async with db.execute(
                 "SELECT seq FROM checkpoints ORDER BY id DESC LIMIT 1"
             ) as cur:
