@@ -15,6 +15,7 @@ from runtime.api.errors import install_error_handlers
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
+from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
@@ -111,4 +112,5 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router):
         app.include_router(router)
+    app.include_router(web_routes.router)
     return app

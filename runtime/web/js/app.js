@@ -1,0 +1,329 @@
+// The web client's entry point: sign-in, finding out what the token may do, and wiring the
+// sessions, conversation, files, approvals and audit views together.
+
+import { Api, ApiError, describeError, tokenStore } from "./api.js";
+import { AuditView } from "./audit.js";
+import { $, h, clear, toast } from "./dom.js";
+import { FilesPanel } from "./files.js";
+import { SessionsPanel } from "./sessions.js";
+import { EventStream } from "./sse.js";
+import { Timeline } from "./timeline.js";
+
+const APPROVAL_POLL_MS = 5000;
+
+class App {
+  constructor() {
+    this.api = null;
+    this.role = null;
+    this.views = new Map(); // session id -> {timeline, stream, lastEventId, session}
+    this.active = null;
+    this.pollTimer = null;
+    $("#signin-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      this.signIn($("#token-input").value.trim());
+    });
+    $("#signout").addEventListener("click", () => this.signOut("Signed out."));
+    for (const button of document.querySelectorAll("#nav button")) {
+      button.addEventListener("click", () => this.showView(button.dataset.view));
+    }
+    this.wireComposer();
+    this.wireRunBox();
+  }
+
+  async start() {
+    const saved = tokenStore.get();
+    if (saved) await this.signIn(saved, { quiet: true });
+    else this.showSignIn();
+  }
+
+  // -- sign-in and roles -------------------------------------------------------------------
+
+  showSignIn(message = "") {
+    for (const id of ["workspace", "audit", "nav", "role", "signout", "conn"]) {
+      $(`#${id}`).hidden = true;
+    }
+    $("#signin").hidden = false;
+    $("#signin-error").textContent = message;
+    $("#token-input").focus();
+  }
+
+  async signIn(token, { quiet = false } = {}) {
+    const error = $("#signin-error");
+    if (!token) {
+      error.textContent = "Enter a token.";
+      return;
+    }
+    const api = new Api(token);
+    error.textContent = quiet ? "" : "Checking…";
+    let canWork = false;
+    let canAudit = false;
+    try {
+      [canWork, canAudit] = await Promise.all([
+        allowed(api.get("/v1/sessions")), allowed(api.get("/v1/audit/verify")),
+      ]);
+    } catch (err) {
+      tokenStore.clear();
+      this.showSignIn(err instanceof ApiError && err.status === 401
+        ? "That token was not accepted." : `Sign-in failed: ${describeError(err)}`);
+      return;
+    }
+    if (!canWork && !canAudit) {
+      tokenStore.clear();
+      this.showSignIn("This token may neither use sessions nor read the audit log.");
+      return;
+    }
+    tokenStore.set(token);
+    this.api = api;
+    this.role = canWork && canAudit ? "admin" : canWork ? "user" : "auditor";
+    $("#token-input").value = "";
+    error.textContent = "";
+    $("#signin").hidden = true;
+    $("#signout").hidden = false;
+    const role = $("#role");
+    role.hidden = false;
+    role.textContent = `Signed in · ${this.role}`;
+    const nav = $("#nav");
+    nav.hidden = !(canWork && canAudit);
+    $("#nav-workspace").hidden = !canWork;
+    $("#nav-audit").hidden = !canAudit;
+    this.audit = canAudit ? new AuditView($("#audit"), api) : null;
+    if (canWork) {
+      this.files = new FilesPanel($("#workspace"), api);
+      this.sessions = new SessionsPanel($("#workspace"), api, {
+        onSelect: (session) => this.openSession(session),
+        onDeleted: (id) => this.dropSession(id),
+      });
+      if (this.role === "admin") this.loadProfiles();
+      const sessions = await this.sessions.refresh();
+      this.showView("workspace");
+      if (sessions.length) this.sessions.select(sessions[0].id);
+      this.pollApprovals();
+    } else {
+      this.showView("audit");
+    }
+  }
+
+  signOut(message) {
+    for (const view of this.views.values()) view.stream?.stop();
+    this.views.clear();
+    this.active = null;
+    clear($("#timeline-slot"));
+    clearTimeout(this.pollTimer);
+    tokenStore.clear();
+    this.api = null;
+    this.showSignIn(message);
+  }
+
+  async loadProfiles() {
+    try {
+      const { policy } = await this.api.get("/v1/policies");
+      const names = Object.keys((policy && policy.profiles) || {});
+      if (names.length) this.sessions.setProfiles(names);
+    } catch {
+      // not essential: the profile field still takes any name
+    }
+  }
+
+  showView(name) {
+    $("#workspace").hidden = name !== "workspace";
+    $("#audit").hidden = name !== "audit";
+    for (const button of document.querySelectorAll("#nav button")) {
+      button.setAttribute("aria-current", button.dataset.view === name ? "page" : "false");
+    }
+    if (name === "audit" && this.audit) {
+      if (this.active) this.audit.filterSession("");
+      this.audit.show();
+    }
+  }
+
+  // -- sessions and their event streams ----------------------------------------------------
+
+  async openSession(session) {
+    if (this.active && this.active.session.id === session.id) return;
+    if (this.active) {
+      this.active.stream?.stop();
+      this.active.stream = null;
+    }
+    let view = this.views.get(session.id);
+    if (!view) {
+      view = { session, lastEventId: 0, stream: null, timeline: new Timeline({
+        onDecide: (id, decision) => this.api.post(`/v1/approvals/${encodeURIComponent(id)}`,
+          { decision }),
+        onChange: () => this.files.refreshSoon(),
+      }) };
+      this.views.set(session.id, view);
+      await this.loadHistory(view);
+    }
+    this.active = view;
+    const label = session.title || `Session ${session.id.slice(-6)}`;
+    $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
+    clear($("#timeline-slot")).append(view.timeline.el);
+    $("#composer").hidden = false;
+    $("#runbox").hidden = false;
+    $("#upload-form").hidden = false;
+    this.files.show(session.id);
+    this.connect(view);
+    this.renderPending();
+  }
+
+  async loadHistory(view) {
+    try {
+      const messages = await this.api.get(
+        `/v1/sessions/${encodeURIComponent(view.session.id)}/messages`);
+      if (Array.isArray(messages)) view.timeline.loadHistory(messages);
+    } catch {
+      // no history (or no chat on this server): the event replay still shows tool runs
+    }
+  }
+
+  connect(view) {
+    const conn = $("#conn");
+    conn.hidden = false;
+    view.stream = new EventStream({
+      url: `/v1/sessions/${encodeURIComponent(view.session.id)}/events`,
+      token: this.api.token,
+      lastEventId: view.lastEventId,
+      onEvent: (event, id) => {
+        if (id !== null) view.lastEventId = id;
+        view.timeline.handle(event);
+        if (event.type === "approval_required" || event.type === "approval_decided") {
+          this.pollApprovals();
+        }
+      },
+      onState: (state, status) => {
+        if (this.active !== view) return;
+        conn.dataset.state = state;
+        conn.textContent = {
+          connecting: "Connecting…", open: "Live", reconnecting: "Reconnecting…",
+          failed: `Disconnected (${status})`,
+        }[state] || state;
+        if (state === "failed" && status === 401) this.signOut("The token is no longer valid.");
+      },
+    }).start();
+  }
+
+  dropSession(id) {
+    const view = this.views.get(id);
+    if (view) view.stream?.stop();
+    this.views.delete(id);
+    if (this.active && this.active.session.id === id) {
+      this.active = null;
+      clear($("#timeline-slot"));
+      $("#chat-title").textContent = "Choose or create a session";
+      $("#composer").hidden = true;
+      $("#runbox").hidden = true;
+      $("#upload-form").hidden = true;
+      $("#conn").hidden = true;
+    }
+  }
+
+  // -- approvals across the tenant's sessions ----------------------------------------------
+
+  async pollApprovals() {
+    clearTimeout(this.pollTimer);
+    if (!this.api || this.role === "auditor") return;
+    try {
+      this.pending = await this.api.get("/v1/approvals");
+    } catch {
+      this.pending = [];
+    }
+    this.renderPending();
+    this.pollTimer = setTimeout(() => this.pollApprovals(), APPROVAL_POLL_MS);
+  }
+
+  renderPending() {
+    const pending = Array.isArray(this.pending) ? this.pending : [];
+    const box = $("#pending");
+    const list = clear($("#pending-list"));
+    const elsewhere = [];
+    for (const approval of pending) {
+      const here = this.active && approval.session === this.active.session.id;
+      if (here) {
+        this.active.timeline.approvalPrompt({ ...approval, approval_id: approval.id },
+          approval.created_at);
+      } else {
+        elsewhere.push(approval);
+      }
+    }
+    box.hidden = elsewhere.length === 0;
+    for (const approval of elsewhere) {
+      const open = h("button", { type: "button", class: "link",
+        text: `${approval.tool} in session …${String(approval.session).slice(-6)}` });
+      open.addEventListener("click", () => this.sessions.select(approval.session));
+      list.append(h("li", {}, open));
+    }
+  }
+
+  // -- chat and direct runs ----------------------------------------------------------------
+
+  wireComposer() {
+    const form = $("#composer");
+    const input = $("#message-input");
+    input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const content = input.value.trim();
+      const view = this.active;
+      if (!content || !view) return;
+      input.value = "";
+      view.timeline.userMessage(content);
+      try {
+        await this.api.post(`/v1/sessions/${encodeURIComponent(view.session.id)}/messages`,
+          { content });
+      } catch (err) {
+        const text = `The message was not accepted: ${describeError(err)}`;
+        view.timeline.notice(text);
+        toast(text, "error");
+      }
+    });
+  }
+
+  wireRunBox() {
+    const form = $("#run-form");
+    const code = $("#run-code");
+    code.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const view = this.active;
+      const text = code.value;
+      if (!view || !text.trim()) return;
+      const choice = $("#run-tool").value;
+      const body = choice === "terminal"
+        ? { tool: "terminal", args: { command: text } }
+        : { tool: "code_exec", args: { language: choice, code: text } };
+      const timeout = Number($("#run-timeout").value);
+      if (timeout > 0) body.timeout_s = timeout;
+      try {
+        const result = await this.api.post(
+          `/v1/sessions/${encodeURIComponent(view.session.id)}/exec`, body);
+        // The event stream normally finished the card already; this covers a stream gap.
+        view.timeline.handle({ type: "tool_result", tool: body.tool, ...result });
+      } catch (err) {
+        toast(`${body.tool}: ${describeError(err)}`, "error");
+      }
+    });
+  }
+}
+
+// true for 2xx, false for 403; anything else (401, network) is thrown.
+async function allowed(promise) {
+  try {
+    await promise;
+    return true;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 403) return false;
+    throw err;
+  }
+}
+
+new App().start();

@@ -1,0 +1,134 @@
+// One tool call as a card: arguments, live output, then exit status, duration, badges and the
+// audit seq. All text (arguments, output, errors) goes in through textContent.
+
+import { h } from "./dom.js";
+
+const OUTPUT_CAP = 200_000; // characters kept on screen per card; the full copy stays in files
+
+export class ToolCard {
+  constructor({ tool, args, execId }) {
+    this.tool = tool || "tool";
+    this.execId = execId || null;
+    this.shown = 0;
+    this.capped = false;
+    this.finished = false;
+    this.status = h("span", { class: "status running", text: "running…" });
+    this.badges = h("span", { class: "badges" });
+    this.output = h("pre", { class: "output", tabindex: "0", "aria-label": "Output" });
+    this.outputWrap = h("div", { class: "output-wrap", hidden: true }, this.output);
+    this.footer = h("footer", { class: "card-meta" });
+    this.error = h("p", { class: "card-error", hidden: true });
+    this.el = h("article", {
+      class: "card tool-card",
+      "aria-label": `Tool call ${this.tool}`,
+      dataset: { execId: this.execId || "", tool: this.tool },
+    },
+    h("header", { class: "card-head" },
+      h("span", { class: "tool-name", text: this.tool }), this.status, this.badges),
+    argsView(this.tool, args || {}),
+    this.outputWrap, this.error, this.footer);
+    this.renderFooter({});
+  }
+
+  appendOutput(stream, text) {
+    if (!text) return;
+    this.outputWrap.hidden = false;
+    if (this.capped) return;
+    let chunk = String(text);
+    if (this.shown + chunk.length > OUTPUT_CAP) {
+      chunk = chunk.slice(0, Math.max(0, OUTPUT_CAP - this.shown));
+      this.capped = true;
+    }
+    this.shown += chunk.length;
+    const last = this.output.lastElementChild;
+    if (last && last.dataset.stream === stream) last.textContent += chunk;
+    else this.output.append(h("span", { class: stream, dataset: { stream }, text: chunk }));
+    if (this.capped) {
+      this.output.append(h("span", { class: "note", text: "\n[display limit reached]" }));
+    }
+  }
+
+  finish(result) {
+    if (this.finished) return; // the event stream and the POST answer may both finish it
+    this.finished = true;
+    if (!this.execId && result.exec_id) {
+      this.execId = result.exec_id;
+      this.el.dataset.execId = result.exec_id;
+    }
+    const hasExit = Object.hasOwn(result, "exit_code") && result.exit_code !== undefined;
+    if (this.shown === 0) {
+      // Nothing streamed (not a program, or the live events were missed): show the result.
+      if (result.stdout) this.appendOutput("stdout", result.stdout);
+      if (result.stderr) this.appendOutput("stderr", result.stderr);
+      if (!result.stdout && !result.stderr && result.output) {
+        this.appendOutput("stdout", result.output);
+      }
+    }
+    const ok = hasExit && result.exit_code !== null
+      ? result.ok ?? (result.exit_code === 0 && !result.timed_out && !result.oom_killed)
+      : Boolean(result.success ?? result.ok);
+    let label;
+    if (result.rule && result.success === false && !hasExit) label = "denied";
+    else if (hasExit && result.exit_code !== null) label = `exit ${result.exit_code}`;
+    else if (result.timed_out) label = "timed out";
+    else label = ok ? "done" : "failed";
+    this.status.textContent = label;
+    this.status.className = `status ${ok ? "ok" : "fail"}`;
+    for (const [flag, text] of [["timed_out", "timed out"], ["oom_killed", "out of memory"],
+      ["truncated", "output truncated"]]) {
+      if (result[flag]) this.badges.append(h("span", { class: `badge ${flag}`, text }));
+    }
+    const error = result.error || (result.code && result.message) || null;
+    if (error && !ok) {
+      const rule = result.rule ? ` (rule ${result.rule})` : "";
+      this.error.textContent = `${error}${rule}`;
+      this.error.hidden = false;
+    }
+    this.renderFooter(result);
+  }
+
+  fail(message) {
+    if (this.finished) return;
+    this.finish({ success: false, error: message });
+  }
+
+  renderFooter(result) {
+    const parts = [];
+    if (typeof result.duration_ms === "number") parts.push(`${result.duration_ms} ms`);
+    if (result.timeout_s) parts.push(`timeout ${result.timeout_s} s`);
+    if (result.audit_seq !== undefined && result.audit_seq !== null) {
+      parts.push(`audit #${result.audit_seq}`);
+    }
+    if (this.execId) parts.push(this.execId);
+    this.footer.textContent = parts.join(" · ");
+  }
+}
+
+function argsView(tool, args) {
+  const wrap = h("details", { class: "args" }, h("summary", { text: "Arguments" }));
+  if (typeof args.code === "string") {
+    const lang = args.language ? `${args.language}` : "code";
+    wrap.open = true;
+    wrap.querySelector("summary").textContent = `Arguments (${lang})`;
+    wrap.append(h("pre", { class: "code", text: args.code }));
+    const rest = { ...args };
+    delete rest.code;
+    delete rest.language;
+    if (Object.keys(rest).length) wrap.append(h("pre", { text: pretty(rest) }));
+  } else if (typeof args.command === "string" && Object.keys(args).length === 1) {
+    wrap.open = true;
+    wrap.querySelector("summary").textContent = "Command";
+    wrap.append(h("pre", { class: "code", text: `$ ${args.command}` }));
+  } else {
+    wrap.append(h("pre", { text: pretty(args) }));
+  }
+  return wrap;
+}
+
+function pretty(value) {
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}

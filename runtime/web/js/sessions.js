@@ -1,0 +1,116 @@
+// The session list of the caller's tenant, creating a session with a chosen profile, and
+// deleting one (asks once more).
+
+import { describeError } from "./api.js";
+import { h, clear, formatTime, toast } from "./dom.js";
+
+export class SessionsPanel {
+  constructor(root, api, { onSelect, onDeleted }) {
+    this.api = api;
+    this.onSelect = onSelect;
+    this.onDeleted = onDeleted;
+    this.list = root.querySelector("#session-list");
+    this.form = root.querySelector("#new-session-form");
+    this.profile = root.querySelector("#profile-input");
+    this.profiles = root.querySelector("#profile-options");
+    this.current = null;
+    this.sessions = [];
+    this.form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      this.create();
+    });
+  }
+
+  setProfiles(names) {
+    clear(this.profiles);
+    for (const name of names) this.profiles.append(h("option", { value: name }));
+  }
+
+  async refresh() {
+    try {
+      const sessions = await this.api.get("/v1/sessions");
+      this.sessions = Array.isArray(sessions) ? sessions : [];
+    } catch (err) {
+      toast(`Could not list sessions: ${describeError(err)}`, "error");
+      return this.sessions;
+    }
+    this.sessions.sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
+    const known = new Set(["developer", ...this.sessions.map((s) => s.profile)]);
+    if (!this.profiles.children.length) this.setProfiles([...known]);
+    this.render();
+    return this.sessions;
+  }
+
+  render() {
+    clear(this.list);
+    if (!this.sessions.length) {
+      this.list.append(h("li", { class: "empty", text: "No sessions yet." }));
+    }
+    for (const session of this.sessions) {
+      const label = session.title || `Session ${session.id.slice(-6)}`;
+      const open = h("button", {
+        type: "button", class: "session-open",
+        "aria-current": session.id === this.current ? "true" : null,
+        dataset: { sessionId: session.id },
+      },
+      h("span", { class: "session-title", text: label }),
+      h("span", { class: "session-meta",
+        text: `${session.profile} · ${formatTime(session.created_at)}` }));
+      open.addEventListener("click", () => this.select(session.id));
+      const remove = h("button", { type: "button", class: "danger subtle icon",
+        "aria-label": `Delete ${label}`, title: "Delete session", text: "✕" });
+      remove.addEventListener("click", () => this.confirmDelete(remove, session));
+      this.list.append(h("li", { class: "session" }, open, remove));
+    }
+  }
+
+  select(id) {
+    this.current = id;
+    this.render();
+    this.onSelect(this.sessions.find((s) => s.id === id) || { id });
+  }
+
+  async create() {
+    const profile = this.profile.value.trim();
+    const button = this.form.querySelector("button[type=submit]");
+    button.disabled = true;
+    try {
+      const session = await this.api.post("/v1/sessions", profile ? { profile } : {});
+      await this.refresh();
+      this.select(session.id);
+    } catch (err) {
+      toast(`Could not create a session: ${describeError(err)}`, "error");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  confirmDelete(button, session) {
+    if (button.dataset.armed !== "1") {
+      button.dataset.armed = "1";
+      button.textContent = "Delete?";
+      button.classList.remove("subtle", "icon");
+      setTimeout(() => {
+        if (button.isConnected) {
+          button.dataset.armed = "";
+          button.textContent = "✕";
+          button.classList.add("subtle", "icon");
+        }
+      }, 5000);
+      return;
+    }
+    this.remove(session);
+  }
+
+  async remove(session) {
+    try {
+      await this.api.del(`/v1/sessions/${encodeURIComponent(session.id)}`);
+    } catch (err) {
+      toast(`Could not delete the session: ${describeError(err)}`, "error");
+      return;
+    }
+    if (this.current === session.id) this.current = null;
+    this.onDeleted(session.id);
+    await this.refresh();
+  }
+}

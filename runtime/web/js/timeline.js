@@ -1,0 +1,306 @@
+// One session's conversation: user and assistant messages, streamed thinking (collapsible),
+// tool cards and approval prompts, built from the session's events. Items carry their time so
+// history and replayed events land in order.
+
+import { ToolCard } from "./cards.js";
+import { h, formatTime } from "./dom.js";
+
+const CHAT_TYPES = new Set(["stream_start", "thinking_delta", "thinking_end", "stream_delta",
+  "stream_end"]);
+
+export class Timeline {
+  constructor({ onDecide, onChange }) {
+    this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
+    this.onChange = onChange; // called when tool results may have changed files
+    this.el = h("div", {
+      class: "timeline", role: "log", "aria-live": "polite", "aria-label": "Conversation",
+      tabindex: "0",
+    });
+    this.empty = h("p", { class: "empty", text: "No messages yet. Ask the agent, or run code below." });
+    this.el.append(this.empty);
+    this.cards = new Map(); // exec_id -> ToolCard
+    this.openCards = []; // cards without an exec_id, matched by tool name
+    this.approvals = new Map(); // approval id -> prompt element
+    this.reply = null; // the assistant reply being streamed
+    this.split = false; // tool cards split the current turn's text into blocks
+    this.historyCutoff = -Infinity;
+  }
+
+  place(node, ts) {
+    this.empty.remove();
+    // Without a server time (the user's own message, a local notice) an item goes last.
+    const last = this.el.lastElementChild;
+    const when = typeof ts === "number" && Number.isFinite(ts) ? ts
+      : (last && Number(last.dataset.ts)) || 0;
+    node.dataset.ts = String(when);
+    let before = null;
+    for (let child = this.el.lastElementChild; child; child = child.previousElementSibling) {
+      if (Number(child.dataset.ts) <= when) break;
+      before = child;
+    }
+    this.el.insertBefore(node, before);
+    if (!before) node.scrollIntoView({ block: "end" });
+  }
+
+  // -- history ---------------------------------------------------------------------------
+
+  loadHistory(messages) {
+    let latest = -Infinity;
+    for (const msg of messages) {
+      const ts = toSeconds(msg.created_at ?? msg.ts);
+      if (ts > latest) latest = ts;
+      const role = msg.role;
+      if (role === "user") this.userMessage(msg.content, ts);
+      else if (role === "assistant" && (msg.content || msg.thinking)) {
+        const reply = new Reply();
+        if (msg.thinking) reply.addThinking(msg.thinking, true);
+        reply.setText(msg.content || "");
+        reply.done();
+        this.place(reply.el, ts);
+      }
+    }
+    this.historyCutoff = latest;
+  }
+
+  userMessage(text, ts) {
+    const node = h("div", { class: "msg user" },
+      h("span", { class: "who", text: "You" }),
+      h("div", { class: "text", text: String(text ?? "") }));
+    this.place(node, ts);
+  }
+
+  // -- events ----------------------------------------------------------------------------
+
+  handle(event) {
+    const type = event.type;
+    const ts = typeof event.ts === "number" ? event.ts : undefined;
+    if (CHAT_TYPES.has(type) && ts !== undefined && ts <= this.historyCutoff) return;
+    switch (type) {
+      case "stream_start":
+        this.startReply(ts);
+        this.split = false;
+        break;
+      case "thinking_delta":
+        this.ensureReply(ts).addThinking(deltaOf(event));
+        break;
+      case "thinking_end":
+        if (this.reply) this.reply.endThinking();
+        break;
+      case "stream_delta":
+        this.ensureReply(ts).addText(deltaOf(event));
+        break;
+      case "stream_end":
+        // The final text is authoritative unless tool cards split this turn's text.
+        this.ensureReply(ts).finish(this.split ? null : event.content);
+        this.reply = null;
+        this.split = false;
+        this.onChange();
+        break;
+      case "tool_call":
+        this.toolCall(event, ts);
+        break;
+      case "exec_output":
+        this.cardFor(event, ts).appendOutput(event.stream === "stderr" ? "stderr" : "stdout",
+          event.data);
+        break;
+      case "tool_result":
+        this.cardFor(event, ts).finish(event);
+        this.onChange();
+        break;
+      case "approval_required":
+        this.approvalPrompt(event, ts);
+        break;
+      case "approval_decided":
+        this.approvalDecided(event.approval_id, event.status, event.decided_by);
+        break;
+      case "error":
+        this.errorNote(event, ts);
+        break;
+      case "resync":
+        this.notice(`${event.missed} earlier events were no longer available.`, ts);
+        break;
+      default:
+        break;
+    }
+  }
+
+  startReply(ts) {
+    if (this.reply) this.reply.done();
+    this.reply = new Reply();
+    this.place(this.reply.el, ts);
+    return this.reply;
+  }
+
+  ensureReply(ts) {
+    if (this.reply && !this.reply.closed) return this.reply;
+    if (this.reply && !this.reply.finished) this.split = true; // a card came between
+    return this.startReply(ts);
+  }
+
+  toolCall(event, ts) {
+    if (event.exec_id && this.cards.has(event.exec_id)) return;
+    if (this.reply) this.reply.pause(); // text after the card starts a new block
+    const card = new ToolCard({ tool: event.tool, args: event.args, execId: event.exec_id });
+    if (event.exec_id) this.cards.set(event.exec_id, card);
+    else this.openCards.push(card);
+    this.place(card.el, ts);
+    return card;
+  }
+
+  cardFor(event, ts) {
+    if (event.exec_id && this.cards.has(event.exec_id)) return this.cards.get(event.exec_id);
+    const index = this.openCards.findIndex((c) => c.tool === event.tool && !c.finished);
+    if (index >= 0) {
+      const card = this.openCards[index];
+      if (event.type === "tool_result") this.openCards.splice(index, 1);
+      if (event.exec_id) this.cards.set(event.exec_id, card);
+      return card;
+    }
+    // Its tool_call was missed (joined late): make the card now.
+    return this.toolCall({ tool: event.tool || "tool", args: {}, exec_id: event.exec_id }, ts);
+  }
+
+  approvalPrompt(event, ts) {
+    const id = event.approval_id || event.id;
+    if (typeof id !== "string" || this.approvals.has(id)) return;
+    const status = h("p", { class: "approval-status", role: "status" });
+    const approve = h("button", { type: "button", class: "primary", text: "Approve" });
+    const deny = h("button", { type: "button", class: "danger", text: "Deny" });
+    const buttons = h("div", { class: "actions" }, approve, deny);
+    const args = JSON.stringify(event.args ?? {}, null, 2);
+    const node = h("section", {
+      class: "card approval", "aria-label": `Approval needed for ${event.tool}`,
+      dataset: { approvalId: id },
+    },
+    h("h3", { text: `Approval needed: ${event.tool}` }),
+    h("p", { class: "reason", text: event.reason || "The policy asks a person first." }),
+    event.rule ? h("p", { class: "rule", text: `Rule: ${event.rule}` }) : null,
+    h("pre", { text: args }),
+    event.expires_at ? h("p", { class: "meta", text: `Expires ${formatTime(event.expires_at)}` })
+      : null,
+    buttons, status);
+    const decide = async (decision) => {
+      approve.disabled = true;
+      deny.disabled = true;
+      status.textContent = decision === "approve" ? "Approving…" : "Denying…";
+      try {
+        const result = await this.onDecide(id, decision);
+        this.approvalDecided(id, result.status, result.decided_by);
+      } catch (err) {
+        status.textContent = err.message || String(err);
+        approve.disabled = false;
+        deny.disabled = false;
+      }
+    };
+    approve.addEventListener("click", () => decide("approve"));
+    deny.addEventListener("click", () => decide("deny"));
+    this.approvals.set(id, node);
+    this.place(node, ts);
+    if (event.status && event.status !== "pending") {
+      this.approvalDecided(id, event.status, event.decided_by);
+    }
+  }
+
+  approvalDecided(id, status, by) {
+    const node = this.approvals.get(id);
+    if (!node) return;
+    node.classList.add("decided", status === "approved" ? "approved" : "denied");
+    const actions = node.querySelector(".actions");
+    if (actions) actions.remove();
+    node.querySelector(".approval-status").textContent =
+      `${capitalize(status || "decided")}${by ? ` by ${by}` : ""}`;
+  }
+
+  errorNote(event, ts) {
+    if (event.exec_id && this.cards.has(event.exec_id)) {
+      this.cards.get(event.exec_id).fail(event.message || event.code || "error");
+      return;
+    }
+    if (this.reply) {
+      this.reply.done();
+      this.reply = null;
+    }
+    const text = event.message || event.error || event.code || "The agent stopped with an error.";
+    this.place(h("p", { class: "notice error", role: "alert", text: String(text) }), ts);
+  }
+
+  notice(text, ts) {
+    this.place(h("p", { class: "notice", text }), ts);
+  }
+}
+
+// An assistant reply: a collapsible thinking section and the streamed answer text.
+class Reply {
+  constructor() {
+    this.thinking = null;
+    this.thinkingText = null;
+    this.text = h("div", { class: "text" });
+    this.el = h("div", { class: "msg assistant streaming" },
+      h("span", { class: "who", text: "Agent" }), this.text);
+    this.closed = false;
+    this.finished = false;
+  }
+
+  addThinking(delta, finished = false) {
+    if (!this.thinking) {
+      this.thinkingText = h("div", { class: "thinking-text" });
+      this.thinking = h("details", { class: "thinking", open: !finished },
+        h("summary", { text: finished ? "Thinking" : "Thinking…" }), this.thinkingText);
+      this.el.insertBefore(this.thinking, this.text);
+    }
+    this.thinkingText.textContent += String(delta ?? "");
+  }
+
+  endThinking() {
+    if (!this.thinking) return;
+    this.thinking.open = false;
+    this.thinking.querySelector("summary").textContent = "Thinking";
+  }
+
+  addText(delta) {
+    this.endThinkingIfOpen();
+    this.text.textContent += String(delta ?? "");
+  }
+
+  setText(text) {
+    this.text.textContent = String(text ?? "");
+  }
+
+  pause() {
+    // A tool card comes next: later text goes into a new reply block below it.
+    this.closed = true;
+  }
+
+  finish(content) {
+    if (typeof content === "string" && content) this.setText(content);
+    this.finished = true;
+    this.done();
+  }
+
+  endThinkingIfOpen() {
+    if (this.thinking && this.thinking.open) this.endThinking();
+  }
+
+  done() {
+    this.closed = true;
+    this.endThinkingIfOpen();
+    this.el.classList.remove("streaming");
+  }
+}
+
+function deltaOf(event) {
+  for (const key of ["delta", "content", "text", "data"]) {
+    if (typeof event[key] === "string") return event[key];
+  }
+  return "";
+}
+
+function toSeconds(value) {
+  if (typeof value === "number") return value > 1e12 ? value / 1000 : value;
+  const parsed = Date.parse(value);
+  return Number.isNaN(parsed) ? -Infinity : parsed / 1000;
+}
+
+function capitalize(text) {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
