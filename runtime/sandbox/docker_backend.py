@@ -90,7 +90,7 @@ class DockerBackend:
         self._api: APIClient | None = None
         self._instance_id: str | None = None
         self._seccomp = ""
-        self._executor = ThreadPoolExecutor(config.max_threads, thread_name_prefix="navi-docker")
+        self._executor = self._new_executor()
         self._start_lock = asyncio.Lock()
         self._running: dict[str, str] = {}
         self.workspaces_root_state: HardenState | None = None
@@ -98,6 +98,9 @@ class DockerBackend:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackend:
         return cls(DockerBackendConfig.from_settings(settings, **overrides))
+
+    def _new_executor(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(self.config.max_threads, thread_name_prefix="navi-docker")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -150,13 +153,19 @@ class DockerBackend:
         return Reaper(self.api, self.instance_id, self._executor)
 
     async def close(self) -> None:
-        """Kill what still runs (each call then removes its container) and disconnect."""
+        """Kill what still runs, let those calls remove their containers, disconnect."""
         for exec_id in list(self._running):
             await self.kill(exec_id)
+        patience = time.monotonic() + self.config.kill_grace_s + 5
+        while self._running and time.monotonic() < patience:
+            await asyncio.sleep(0.05)
+        for container in list(self._running.values()):  # wedged: the reaper's job otherwise
+            await self._call(self._remove, container)
         if self._api is not None:
             self._api.close()
             self._api = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = self._new_executor()  # a closed backend may be started again
         release_nosuid_nodev(self.config.workspaces_root, self.workspaces_root_state)
         self.workspaces_root_state = None
 
@@ -261,8 +270,10 @@ class DockerBackend:
         try:
             result = await self._drive(container, request, image_id, started, deadline, on_output)
         finally:
-            self._running.pop(request.exec_id, None)
-            await asyncio.shield(self._call(self._remove, container))
+            try:
+                await asyncio.shield(self._call(self._remove, container))
+            finally:
+                self._running.pop(request.exec_id, None)
         bound.info(
             "exec_finished",
             exit_code=result.exit_code,

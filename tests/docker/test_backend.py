@@ -240,3 +240,18 @@ async def test_unreachable_engine_is_engine_unavailable(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailable):
         await sandbox.run(ExecRequest(image="x", argv=["true"], exec_id="e1"))
     await sandbox.close()
+
+
+async def test_close_stops_running_calls_and_removes_their_containers(
+    backend: DockerBackend, run: RunFn, docker_api: docker.APIClient, test_instance_id: str
+) -> None:
+    call = asyncio.create_task(run(["sleep", "60"], exec_id="at-close"))
+    for _ in range(100):
+        if "at-close" in backend._running:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    await backend.close()
+    result = await asyncio.wait_for(call, 10)
+    assert not result.ok
+    assert ours(docker_api, test_instance_id) == []
