@@ -12,6 +12,9 @@ the whole call takes at most timeout + kill + remove); ``oom_killed`` from the e
 ``State.OOMKilled``; ``truncated`` when a stream passed ``limits.output_bytes``. "The
 sandbox broke" raises ``SandboxError`` / ``EngineUnavailable`` / ``ImageMissing``.
 The container is removed on every path, cancellation included.
+
+``on_output`` gets each stream live up to ``limits.output_bytes`` (what an API client can
+use); past the cap the result keeps head + tail and the artifact the whole stream.
 """
 
 from __future__ import annotations
