@@ -1,8 +1,185 @@
-"""`navi exec`: placeholder until the executor lands."""
+"""`navi exec`: run one tool call locally through the same policy, Executor, audit and sandbox.
+
+    navi exec --tool code_exec --arg language=python --arg code='print(1)' [--json]
+
+Nothing takes a shortcut: the call is decided by the policy file, written to the audit log
+of the data dir (intent before the container starts, outcome after) and run by the Docker
+backend in a fresh hardened container. Output streams live (stdout to stdout, stderr to
+stderr) unless ``--json``, which prints DESIGN's exec result fields once it is done.
+
+Exit status mirrors the program's exit code; otherwise: 124 timed out, 137 killed for
+memory, 126 policy denied (the rule is printed), 75 quota exceeded, 74 audit unavailable
+(nothing ran), 69 the sandbox broke (engine or image missing), 2 bad arguments or policy.
+
+``--workspace DIR`` mounts DIR read-write as the working directory. The sandbox user
+(65534) is given ownership of DIR, and DIR's parent is used as the workspaces root without
+the nosuid,nodev remount the server applies to its own root (suid bits and device nodes
+stay inert: the sandbox has no capabilities and ``no-new-privileges``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, cast
 
 import typer
 
+from runtime.audit.store import AuditLog
+from runtime.commands.policy import parse_args
+from runtime.config import Settings
+from runtime.errors import (
+    AuditUnavailable,
+    ConfigError,
+    InvalidInput,
+    NaviError,
+    PolicyDenied,
+    QuotaExceeded,
+    SandboxError,
+)
+from runtime.executor import ExecOutcome, Executor
+from runtime.logging import _escape, configure_logging
+from runtime.policy import Action, Decision, PolicyEngine, Subject, load_policy
+from runtime.policy.decision import Role
+from runtime.sandbox.backend import SandboxBackend
+from runtime.sandbox.models import OutputChunk
+from runtime.tools.exec_requests import invocation_for
 
-def exec_command() -> None:
-    """Run one tool call locally (not built yet)."""
-    raise typer.Exit(2)
+EXIT_TIMEOUT, EXIT_OOM, EXIT_DENIED, EXIT_QUOTA, EXIT_AUDIT, EXIT_SANDBOX, EXIT_USAGE = (
+    124, 137, 126, 75, 74, 69, 2)
+
+
+def _exit_code(outcome: ExecOutcome) -> int:
+    result = outcome.result
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.oom_killed:
+        return EXIT_OOM
+    if result.exit_code is None:
+        return 1
+    return result.exit_code if 0 <= result.exit_code <= 255 else 1
+
+
+def _backend(settings: Settings, workspace: Path | None) -> SandboxBackend:
+    from runtime.sandbox.docker_backend import DockerBackend
+
+    if workspace is None:
+        return DockerBackend.from_settings(settings)
+    return DockerBackend.from_settings(settings, workspaces_root=workspace.parent,
+                                       harden_workspaces_root=False)
+
+
+async def _tty_approver(subject: Subject, action: Action, decision: Decision) -> bool:
+    prompt = (f"policy asks for approval ({decision.rule}): {decision.reason}. Run "
+              f"{action.tool}?")
+    return await asyncio.to_thread(typer.confirm, _escape(prompt), default=False, err=True)
+
+
+async def _write(chunk: OutputChunk) -> None:
+    stream = sys.stdout.buffer if chunk.stream == "stdout" else sys.stderr.buffer
+    stream.write(chunk.data)
+    stream.flush()
+
+
+async def run_exec(
+    settings: Settings, engine: PolicyEngine, subject: Subject, action: Action,
+    workspace: Path | None, *, stream: bool, interactive: bool,
+) -> ExecOutcome:
+    """Policy + Executor + audit + DockerBackend for one call; raises the runtime's errors."""
+    invocation = invocation_for(action.tool, action.args)
+    if workspace is not None:
+        invocation = invocation.model_copy(update={"workspace": workspace})
+    backend = _backend(settings, workspace)
+    try:
+        async with AuditLog(settings.data_dir) as audit:
+            executor = Executor(
+                engine=engine, backend=backend, audit=audit,
+                resolve_image=lambda name: f"{settings.image_prefix}/{name}:latest",
+                approver=_tty_approver if interactive else None,
+            )
+            return await executor.execute(subject, action, invocation,
+                                          on_output=_write if stream else None)
+    finally:
+        await backend.close()
+
+
+def exec_command(
+    tool: Annotated[str, typer.Option("--tool", help="code_exec or terminal.")],
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", help="Tool argument KEY=VALUE (or KEY:=JSON); repeat for each.")] = None,
+    workspace: Annotated[Path | None, typer.Option(
+        "--workspace", help="Directory mounted read-write as the working directory.")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Timeout in seconds (the policy clamps it).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the exec result as JSON.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", help="Data directory (audit log, keys); default NAVI_DATA_DIR.")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="Policy file; default NAVI_POLICY (policies/default.yaml).")] = None,
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant to run as.")] = "local",
+    profile: Annotated[str | None, typer.Option(
+        "--profile", help="Profile (default: the tenant's default).")] = None,
+    role: Annotated[str, typer.Option("--role", help="user | admin | auditor")] = "user",
+) -> None:
+    """Run one tool call locally through the policy, the Executor, the audit log and Docker."""
+    overrides: dict[str, Any] = {}
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir
+    if policy is not None:
+        overrides["policy"] = policy
+    settings = Settings(**overrides)
+    configure_logging(settings.log_format, "warning")
+    if role not in ("user", "admin", "auditor"):
+        raise typer.BadParameter("must be user, admin or auditor", param_hint="--role")
+    if workspace is not None:
+        workspace = Path(os.path.realpath(workspace))
+        if not workspace.is_dir():
+            raise typer.BadParameter("not a directory", param_hint="--workspace")
+    args = parse_args(arg or [])
+    try:
+        engine = PolicyEngine(load_policy(settings.policy))
+        subject = Subject(tenant=tenant, role=cast(Role, role), user="cli", session="cli",
+                          profile=profile or engine.default_profile(tenant) or "developer")
+        action = Action(tool=tool, args=args, timeout_s=timeout)
+        interactive = not as_json and sys.stdin.isatty()
+        outcome = asyncio.run(run_exec(settings, engine, subject, action, workspace,
+                                       stream=not as_json, interactive=interactive))
+    except NaviError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        typer.echo(json.dumps({**outcome.public(), "rule": outcome.decision.rule}))
+    else:
+        r = outcome.result
+        status = ("timed out" if r.timed_out else "out of memory" if r.oom_killed
+                  else f"exit {r.exit_code}")
+        typer.echo(f"[{outcome.exec_id}: {status} in {r.duration_ms} ms (timeout "
+                   f"{outcome.timeout_s:g} s), audit seq {outcome.audit_seq}"
+                   f"{', output truncated' if r.truncated else ''}]", err=True)
+    raise typer.Exit(_exit_code(outcome))
+
+
+def _fail(exc: NaviError, as_json: bool) -> NoReturn:
+    if isinstance(exc, PolicyDenied):
+        code, text = EXIT_DENIED, f"denied by policy rule {exc.rule}: {exc.message}"
+    elif isinstance(exc, QuotaExceeded):
+        code, text = EXIT_QUOTA, f"quota exceeded (retry after {exc.retry_after} s): {exc.message}"
+    elif isinstance(exc, AuditUnavailable):
+        code, text = EXIT_AUDIT, f"audit log unavailable, nothing ran: {exc.message}"
+    elif isinstance(exc, SandboxError):
+        code, text = EXIT_SANDBOX, f"sandbox error ({exc.code}): {exc.message}"
+    elif isinstance(exc, InvalidInput | ConfigError):
+        code, text = EXIT_USAGE, exc.message
+        if hasattr(exc, "render"):
+            text = exc.render()
+    else:
+        code, text = 1, exc.message
+    if as_json:
+        body = {"code": exc.code, "message": exc.message,
+                **{k: v for k, v in exc.details.items() if isinstance(v, str | int | float)}}
+        typer.echo(json.dumps({"error": body}))
+    else:
+        typer.echo(f"navi exec: {_escape(text)}", err=True)
+    raise typer.Exit(code)
