@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from runtime.logging import get_logger
-from runtime.sandbox.capture import StreamCapture
+from runtime.sandbox.capture import StreamCapture, StreamName
 
 log = get_logger(__name__)
 
@@ -52,6 +52,7 @@ def in_thread(fn: Callable[..., T], *args: Any, name: str) -> asyncio.Future[T]:
             future.set_exception(value)
 
     def target() -> None:
+        outcome: tuple[bool, Any]
         try:
             outcome = (True, fn(*args))
         except BaseException as exc:  # handed to the awaiting coroutine
@@ -78,7 +79,7 @@ def feed_stdin(sock: socket.socket, data: bytes) -> None:
 def pump_output(
     sock: socket.socket,
     captures: dict[int, StreamCapture],
-    emit: Callable[[str, bytes], None] | None,
+    emit: Callable[[StreamName, bytes], None] | None,
 ) -> None:
     """Read frames until EOF, feeding each stream's capture and emitting the live part."""
     try:

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
+StreamName = Literal["stdout", "stderr"]
+
 
 class StreamCapture:
     """Feed it the bytes of one stream as they come; ``result()`` when the stream ended."""
 
-    def __init__(self, *, name: str, cap: int, artifact_path: Path, artifact_max: int) -> None:
+    def __init__(
+        self, *, name: StreamName, cap: int, artifact_path: Path, artifact_max: int
+    ) -> None:
         self.name = name
         self.cap = cap
         self.half = cap // 2

@@ -40,7 +40,7 @@ from runtime.errors import EngineUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
-from runtime.sandbox.capture import StreamCapture
+from runtime.sandbox.capture import StreamCapture, StreamName
 from runtime.sandbox.docker_errors import map_docker_errors
 from runtime.sandbox.hostmounts import HardenState, ensure_nosuid_nodev, release_nosuid_nodev
 from runtime.sandbox.instance import load_instance_id
@@ -321,7 +321,7 @@ class DockerBackend:
         forwarder = asyncio.create_task(_forward(live, on_output)) if on_output else None
         loop = asyncio.get_running_loop()
 
-        def emit(stream: str, data: bytes) -> None:
+        def emit(stream: StreamName, data: bytes) -> None:
             loop.call_soon_threadsafe(live.put_nowait, OutputChunk(stream=stream, data=data))
 
         timed_out = False
