@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,9 @@ class Turn:
         self.partial = ""
         self._live: list[str] = []
         self.runner: ToolRunner | None = None
+        self.release: Callable[[], None] = lambda: None
+        """Called just before the final event, so a client that reacts to it by sending the
+        next message never finds this turn still registered."""
 
     async def run(self) -> None:
         s = self.s
@@ -94,11 +98,12 @@ class Turn:
             await asyncio.shield(self._finish("cancelled", said or "(cancelled)"))
             raise
         except NaviError as exc:
-            self.events.emit("error", code=exc.code, message=clip(exc.message, 2000),
-                             iterations=self.iterations)
             await s.history.append(s.subject.session, s.turn_id, "assistant", "",
                                    meta={"error": exc.code, "message": clip(exc.message, 500)})
             log.warning("turn_failed", code=exc.code, message=exc.message)
+            self.release()
+            self.events.emit("error", code=exc.code, message=clip(exc.message, 2000),
+                             iterations=self.iterations)
             return
         await self._finish(reason, content)
 
@@ -108,6 +113,7 @@ class Turn:
         if reason != "stop":  # a stop's answer is already stored with its step
             await s.history.append(s.subject.session, s.turn_id, "assistant", content,
                                    meta={"stop_reason": reason, "usage": usage})
+        self.release()
         self.events.emit("stream_end", content=clip(content, ANSWER_TEXT), stop_reason=reason,
                          usage=usage, iterations=self.iterations)
         log.info("turn_done", turn=s.turn_id, stop_reason=reason, iterations=self.iterations,

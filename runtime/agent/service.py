@@ -74,9 +74,9 @@ class AgentService:
                               profile=profile, persona=self.persona,
                               model=profile.model or self.settings.model, subject=subject,
                               turn_id=turn_id, content=content)
-            events = TurnEvents(services.hub.bus(session), turn_id)
-            running.task = asyncio.create_task(self._run(Turn(setup, events), session),
-                                               name=f"turn {turn_id}")
+            turn = Turn(setup, TurnEvents(services.hub.bus(session), turn_id))
+            turn.release = lambda: self._release(session, turn_id)
+            running.task = asyncio.create_task(self._run(turn, session), name=f"turn {turn_id}")
         except BaseException:
             self._turns.pop(session, None)
             raise
@@ -89,11 +89,15 @@ class AgentService:
             pass
         except Exception as exc:  # a bug must not leave the session stuck
             log.error("turn_crashed", turn=turn.s.turn_id, exc_info=exc)
+            self._release(session, turn.s.turn_id)
             turn.events.emit("error", code="internal_error", message="internal error")
         finally:
-            current = self._turns.get(session)
-            if current is not None and current.turn_id == turn.s.turn_id:
-                self._turns.pop(session, None)
+            self._release(session, turn.s.turn_id)
+
+    def _release(self, session: str, turn_id: str) -> None:
+        current = self._turns.get(session)
+        if current is not None and current.turn_id == turn_id:
+            self._turns.pop(session, None)
 
     async def cancel(self, session_id: str, services: Any = None) -> str | None:
         """Cancel the session's running turn; returns its id (None: nothing was running)."""

@@ -26,8 +26,10 @@ CONTEXT_LENGTH = 32768
 class FakeOllama(FakeServer):
     def __init__(self, replies: list[Responder] | None = None, *,
                  models: tuple[str, ...] = ("gemma3:270m",),
-                 context_length: int = CONTEXT_LENGTH, port: int = 0) -> None:
+                 context_length: int = CONTEXT_LENGTH, can_think: bool = True,
+                 port: int = 0) -> None:
         super().__init__(port)
+        self.can_think = can_think
         self.model = ScriptedModel(replies)
         self.models = models
         self.context_length = context_length
@@ -50,7 +52,8 @@ class FakeOllama(FakeServer):
                 "details": {"family": "fake", "parameter_size": "270M"},
                 "model_info": {"general.architecture": "fake",
                                "fake.context_length": self.context_length},
-                "capabilities": ["completion", "tools", "thinking"]})
+                "capabilities": ["completion", "tools"] + (["thinking"] if self.can_think
+                                                           else [])})
         if method == "POST" and path == "/api/chat":
             return self._chat(body or {})
         return Answer(404, {"error": "not found"})
@@ -60,6 +63,8 @@ class FakeOllama(FakeServer):
         model = request.get("model", "")
         if model not in self.models:
             return Answer(404, {"error": f"model '{model}' not found, try pulling it first"})
+        if request.get("think") and not self.can_think:
+            return Answer(400, {"error": f'"{model}" does not support thinking'})
         reply = self.model.next_reply(request)
         if reply.status != 200:
             return Answer(reply.status, {"error": reply.error})
@@ -104,7 +109,8 @@ def _stream(model: str, reply: Reply) -> Iterator[bytes | Pause]:
         yield _part(model, {"role": "assistant", "content": "", "tool_calls": _calls(reply)})
     if reply.hang_s:
         yield Pause(reply.hang_s)
-    yield dumps(_final(model, reply)) + b"\n"
+    if not reply.truncate:
+        yield dumps(_final(model, reply)) + b"\n"
 
 
 def main() -> None:

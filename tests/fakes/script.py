@@ -35,6 +35,7 @@ class Reply:
     chunk: int = 8               # characters per streamed piece
     delay_s: float = 0.0         # pause between pieces
     hang_s: float = 0.0          # pause before the final piece (cancellation tests)
+    truncate: bool = False       # end the stream without its final (done) piece
     status: int = 200            # an HTTP error instead of an answer
     error: str = "scripted failure"
     prompt_tokens: int = 11

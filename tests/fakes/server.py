@@ -78,7 +78,8 @@ class FakeServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
 
     def route(self, method: str, path: str, headers: dict[str, str], body: Any) -> Answer:
         raise NotImplementedError
