@@ -46,7 +46,7 @@ from runtime.policy import Action, Decision, PolicyEngine, Subject, load_policy
 from runtime.policy.decision import Role
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.models import OutputChunk
-from runtime.tools.exec_requests import invocation_for
+from runtime.tools.exec_requests import SUPPORTED, invocation_for
 
 EXIT_TIMEOUT, EXIT_OOM, EXIT_DENIED, EXIT_QUOTA, EXIT_AUDIT, EXIT_SANDBOX, EXIT_USAGE = (
     124, 137, 126, 75, 74, 69, 2)
@@ -88,9 +88,14 @@ async def run_exec(
     settings: Settings, engine: PolicyEngine, subject: Subject, action: Action,
     workspace: Path | None, *, stream: bool, interactive: bool,
 ) -> ExecOutcome:
-    """Policy + Executor + audit + DockerBackend for one call; raises the runtime's errors."""
-    invocation = invocation_for(action.tool, action.args)
-    if workspace is not None:
+    """Policy + Executor + audit + DockerBackend for one call; raises the runtime's errors.
+
+    A tool `navi exec` cannot run is still put to the policy first, so a denied tool is
+    reported (and audited) as the denial it is.
+    """
+    unsupported = action.tool not in SUPPORTED
+    invocation = None if unsupported else invocation_for(action.tool, action.args)
+    if invocation is not None and workspace is not None:
         invocation = invocation.model_copy(update={"workspace": workspace})
     backend = _backend(settings, workspace)
     try:
@@ -100,6 +105,10 @@ async def run_exec(
                 resolve_image=lambda name: f"{settings.image_prefix}/{name}:latest",
                 approver=_tty_approver if interactive else None,
             )
+            if invocation is None:
+                await executor.authorize(subject, action)
+                invocation_for(action.tool, action.args)  # raises: not runnable from here
+            assert invocation is not None
             return await executor.execute(subject, action, invocation,
                                           on_output=_write if stream else None)
     finally:
