@@ -156,6 +156,11 @@ def _remove_quietly(client: docker.DockerClient, ref: str) -> None:
         log.debug("image_remove_skipped", ref=ref, reason=str(exc)[:200])
 
 
+def _is_imported_base(image: Any) -> bool:
+    layers = image.attrs.get("RootFS", {}).get("Layers") or []
+    return len(layers) == 1 and LABEL_NAME not in (image.labels or {})
+
+
 def _offline_base(
     client: docker.DockerClient, spec: ImageSpec, prefix: str, cache_dir: Path,
     progress: Progress, force: bool,
@@ -169,7 +174,9 @@ def _offline_base(
             progress.note(spec.name, f"base {ref} is up to date")
             return ref
         with map_docker_errors("list images"):
-            twins = client.images.list(filters={"label": f"{LABEL_BASE_HASH}={bhash}"})
+            labelled = client.images.list(filters={"label": f"{LABEL_BASE_HASH}={bhash}"})
+        # Images built FROM a base inherit its label: only a one-layer import is a base.
+        twins = [img for img in labelled if _is_imported_base(img)]
         if twins:
             with map_docker_errors("tag image"):
                 twins[0].tag(repo, bhash[:16])

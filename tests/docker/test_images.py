@@ -169,3 +169,7 @@ def test_the_offline_build_has_no_network(
     )
     [res] = build_images(["tiny"], client=client, settings=settings, root=image_dir.parent)
     assert res.status == "built"
+    # Its base is an imported rootfs (one layer), never another image built on one.
+    [base] = client.images.list(name=f"{settings.image_prefix}/base-tiny")
+    assert len(base.attrs["RootFS"]["Layers"]) == 1
+    assert LABEL_NAME not in (base.labels or {})
