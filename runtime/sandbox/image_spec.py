@@ -140,9 +140,8 @@ def base_hash(spec: ImageSpec) -> str:
 
 
 def content_hash(spec: ImageSpec) -> str:
-    """SHA-256 over the recipe, the package list and every file (name, x-bit, bytes)."""
-    digest = hashlib.sha256(_recipe())
-    digest.update(b"\0packages\0" + "\n".join(spec.packages).encode())
+    """SHA-256 over the base (recipe + packages), wheels and every file (name, x-bit, bytes)."""
+    digest = hashlib.sha256(base_hash(spec).encode())
     digest.update(b"\0wheels\0" + "\n".join(spec.wheels).encode())
     for rel, path in context_files(spec):
         data = path.read_bytes()
