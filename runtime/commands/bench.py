@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
+from bench.audit_bench import cli as audit_bench_cli
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import configure_logging
 
 app = typer.Typer(help="Benchmarks; results go to bench/results/*.json.", no_args_is_help=True)
+app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 
 
 @app.command("exec")
