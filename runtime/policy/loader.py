@@ -9,7 +9,7 @@ a second `deny:` hide the first) are rejected. Only the safe loader is used.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from runtime.errors import ConfigError
 from runtime.policy.model import PolicyFile, name_problems
 
-Loc = tuple[str | int, ...]
+Loc = tuple[Any, ...]  # str/int, or any scalar a bad YAML key may be
 MAX_POLICY_BYTES = 1024 * 1024
 MAX_DEPTH = 32
 
@@ -89,8 +89,9 @@ class _Builder:
             _raise(self.source, node.start_mark, loc, f"not valid YAML: {reason}")
 
 
-def _raise(source: str, mark: yaml.Mark | None, loc: Loc, message: str) -> None:
-    problem = {"path": _dotted(loc), "message": message, "line": None, "column": None}
+def _raise(source: str, mark: yaml.Mark | None, loc: Loc, message: str) -> NoReturn:
+    problem: dict[str, Any] = {"path": _dotted(loc), "message": message, "line": None,
+                               "column": None}
     if mark is not None:
         problem["line"], problem["column"] = mark.line + 1, mark.column + 1
     raise PolicyFileError(source, [problem])
@@ -114,7 +115,6 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
         mark = getattr(exc, "problem_mark", None)
         reason = getattr(exc, "problem", None) or str(exc)
         _raise(source, mark, (), f"not valid YAML: {reason}")
-        raise AssertionError("unreachable") from exc
     if root is None:
         _raise(source, None, (), "empty policy file")
     marks: dict[Loc, yaml.Mark] = {(): root.start_mark}
