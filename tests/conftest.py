@@ -1,8 +1,10 @@
-"""Shared test set-up: engine-dependent tests are marked `docker`; in CI they must run, never skip."""
+"""Shared test set-up: engine tests are marked `docker`; in CI they must run, never skip."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 
 import pytest
 
@@ -31,3 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("docker"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_test_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A supervisor killed by a test (SIGKILL) leaves its nosuid,nodev workspaces-root bind
+    mount behind; release those under this run's temp dir so the temp dir stays removable."""
+    yield
+    base = os.path.realpath(tmp_path_factory.getbasetemp())
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        points = [line.split()[1].replace("\\040", " ") for line in mounts]
+    for point in sorted(points, key=len, reverse=True):
+        if point.startswith(base + os.sep):
+            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
