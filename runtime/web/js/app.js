@@ -4,7 +4,7 @@
 import { Api, ApiError, describeError, tokenStore } from "./api.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
-import { FilesPanel } from "./files.js";
+import { FilesPanel, imageUrl } from "./files.js";
 import { SessionsPanel } from "./sessions.js";
 import { EventStream } from "./sse.js";
 import { Timeline } from "./timeline.js";
@@ -150,6 +150,7 @@ class App {
         onDecide: (id, decision) => this.api.post(`/v1/approvals/${encodeURIComponent(id)}`,
           { decision }),
         onChange: () => this.files.refreshSoon(),
+        loadImage: (path, type) => imageUrl(this.api, session.id, path, type),
       }) };
       this.views.set(session.id, view);
       await this.loadHistory(view);

@@ -6,8 +6,10 @@ import { h } from "./dom.js";
 const OUTPUT_CAP = 200_000; // characters kept on screen per card; the full copy stays in files
 
 export class ToolCard {
-  constructor({ tool, args, execId }) {
+  constructor({ tool, args, execId, loadImage = null }) {
     this.tool = tool || "tool";
+    this.loadImage = loadImage;
+    this.images = h("div", { class: "card-images" });
     this.execId = execId || null;
     this.shown = 0;
     this.capped = false;
@@ -26,7 +28,7 @@ export class ToolCard {
     h("header", { class: "card-head" },
       h("span", { class: "tool-name", text: this.tool }), this.status, this.badges),
     argsView(this.tool, args || {}),
-    this.outputWrap, this.error, this.footer);
+    this.outputWrap, this.images, this.error, this.footer);
     this.renderFooter({});
   }
 
@@ -85,6 +87,23 @@ export class ToolCard {
       this.error.hidden = false;
     }
     this.renderFooter(result);
+    this.showImages(result.images);
+  }
+
+  async showImages(images) {
+    if (!Array.isArray(images) || !this.loadImage) return;
+    for (const image of images.slice(0, 6)) {
+      const path = image && typeof image.path === "string" ? image.path : "";
+      if (!path) continue;
+      try {
+        const url = await this.loadImage(path, image.media_type);
+        this.images.append(h("figure", {},
+          h("img", { src: url, alt: `Image ${path}`, class: "preview" }),
+          h("figcaption", { text: path })));
+      } catch {
+        this.images.append(h("p", { class: "card-error", text: `Could not load ${path}` }));
+      }
+    }
   }
 
   fail(message) {

@@ -91,10 +91,9 @@ export class FilesPanel {
   async preview(item, path, type) {
     const session = this.session;
     try {
-      const blob = await this.api.blob(`${this.base()}/${segment(path)}`);
-      if (session !== this.session) return;
-      const url = URL.createObjectURL(new Blob([blob], { type }));
+      const url = await imageUrl(this.api, session, path, type);
       this.urls.push(url);
+      if (session !== this.session) return;
       item.append(h("img", { class: "preview", src: url, alt: `Preview of ${path}`,
         loading: "lazy" }));
     } catch {
@@ -167,6 +166,15 @@ export class FilesPanel {
     this.form.reset();
     this.refresh();
   }
+}
+
+// A workspace image as a blob URL (fetched with the token); the caller owns the URL.
+export async function imageUrl(api, sessionId, path, type = null) {
+  const blob = await api.blob(
+    `/v1/sessions/${encodeURIComponent(sessionId)}/files/${segment(path)}`);
+  const media = type && /^image\/(png|jpeg|gif|webp)$/.test(type) ? type : imageType(path);
+  if (!media) throw new Error("not an image");
+  return URL.createObjectURL(new Blob([blob], { type: media }));
 }
 
 function imageType(path) {

@@ -5,11 +5,9 @@
 import { ToolCard } from "./cards.js";
 import { h, formatTime } from "./dom.js";
 
-const CHAT_TYPES = new Set(["stream_start", "thinking_delta", "thinking_end", "stream_delta",
-  "stream_end"]);
-
 export class Timeline {
-  constructor({ onDecide, onChange }) {
+  constructor({ onDecide, onChange, loadImage }) {
+    this.loadImage = loadImage; // workspace path -> Promise of a blob URL
     this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
     this.onChange = onChange; // called when tool results may have changed files
     this.el = h("div", {
@@ -23,7 +21,8 @@ export class Timeline {
     this.approvals = new Map(); // approval id -> prompt element
     this.reply = null; // the assistant reply being streamed
     this.split = false; // tool cards split the current turn's text into blocks
-    this.historyCutoff = -Infinity;
+    this.skipTurns = new Set();
+    this.historyExecs = new Set();
   }
 
   place(node, ts) {
@@ -44,22 +43,47 @@ export class Timeline {
 
   // -- history ---------------------------------------------------------------------------
 
+  // Finished turns come from the stored conversation; their replayed events are skipped.
+  // A turn still running shows its user message from here and the rest from its events.
   loadHistory(messages) {
-    let latest = -Infinity;
+    const finished = new Set();
     for (const msg of messages) {
-      const ts = toSeconds(msg.created_at ?? msg.ts);
-      if (ts > latest) latest = ts;
-      const role = msg.role;
-      if (role === "user") this.userMessage(msg.content, ts);
-      else if (role === "assistant" && (msg.content || msg.thinking)) {
-        const reply = new Reply();
-        if (msg.thinking) reply.addThinking(msg.thinking, true);
-        reply.setText(msg.content || "");
-        reply.done();
-        this.place(reply.el, ts);
+      const meta = msg.meta || {};
+      if (meta.stop_reason || meta.error) finished.add(msg.turn_id);
+    }
+    const calls = new Map(); // tool call id -> arguments
+    for (const msg of messages) {
+      const ts = toSeconds(msg.created_at);
+      if (msg.role === "user") {
+        this.userMessage(msg.content, ts);
+        continue;
+      }
+      if (!finished.has(msg.turn_id)) continue;
+      if (msg.role === "assistant") {
+        for (const call of msg.tool_calls || []) calls.set(call.id, call.arguments);
+        const meta = msg.meta || {};
+        if (msg.content || msg.thinking) {
+          const reply = new Reply();
+          if (msg.thinking) reply.addThinking(msg.thinking, true);
+          reply.setText(msg.content || "");
+          reply.done();
+          this.place(reply.el, ts);
+        } else if (meta.error) {
+          this.place(h("p", { class: "notice error", text: meta.message || meta.error }), ts);
+        }
+      } else if (msg.role === "tool") {
+        const meta = msg.meta || {};
+        const card = new ToolCard({ tool: msg.tool_name, args: calls.get(msg.tool_call_id),
+          execId: meta.exec_id, loadImage: this.loadImage });
+        card.finish({ ...meta, output: msg.content });
+        if (meta.exec_id) {
+          this.cards.set(meta.exec_id, card);
+          this.historyExecs.add(meta.exec_id);
+        }
+        this.place(card.el, ts);
       }
     }
-    this.historyCutoff = latest;
+    this.skipTurns = finished;
   }
 
   userMessage(text, ts) {
@@ -74,7 +98,9 @@ export class Timeline {
   handle(event) {
     const type = event.type;
     const ts = typeof event.ts === "number" ? event.ts : undefined;
-    if (CHAT_TYPES.has(type) && ts !== undefined && ts <= this.historyCutoff) return;
+    // Shown from history already (exec_output carries the exec id, not the turn id).
+    if (event.turn_id && this.skipTurns.has(event.turn_id)) return;
+    if (event.exec_id && this.historyExecs.has(event.exec_id)) return;
     switch (type) {
       case "stream_start":
         this.startReply(ts);
@@ -140,7 +166,8 @@ export class Timeline {
   toolCall(event, ts) {
     if (event.exec_id && this.cards.has(event.exec_id)) return;
     if (this.reply) this.reply.pause(); // text after the card starts a new block
-    const card = new ToolCard({ tool: event.tool, args: event.args, execId: event.exec_id });
+    const card = new ToolCard({ tool: event.tool, args: event.args, execId: event.exec_id,
+      loadImage: this.loadImage });
     if (event.exec_id) this.cards.set(event.exec_id, card);
     else this.openCards.push(card);
     this.place(card.el, ts);
@@ -269,6 +296,11 @@ class Reply {
   pause() {
     // A tool card comes next: later text goes into a new reply block below it.
     this.closed = true;
+    this.dropIfEmpty();
+  }
+
+  dropIfEmpty() {
+    if (!this.thinking && !this.text.textContent) this.el.remove();
   }
 
   finish(content) {
@@ -285,6 +317,7 @@ class Reply {
     this.closed = true;
     this.endThinkingIfOpen();
     this.el.classList.remove("streaming");
+    this.dropIfEmpty();
   }
 }
 
