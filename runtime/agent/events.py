@@ -3,11 +3,13 @@
 Models stream a token at a time; publishing each as its own event would flood the bus
 (and its replay buffer) with tiny frames. Text is buffered and published when a batch
 reaches `BATCH_CHARS` or `BATCH_S` has passed since the last one, and always before any
-other event, so the order of what a client sees is exactly the order things happened.
+other event, so the order of what a client sees is exactly the order things happened. A
+timer flushes a batch that waits longer than `BATCH_S` (a model pausing mid-sentence).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +31,7 @@ class TurnEvents:
         self._size = 0
         self._last = time.monotonic()
         self.thinking_open = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, type_: str, **data: Any) -> None:
         self.flush()
@@ -47,6 +50,8 @@ class TurnEvents:
         now = time.monotonic()
         if self._size >= BATCH_CHARS or now - self._last >= BATCH_S:
             self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(BATCH_S, self.flush)
 
     def end_thinking(self) -> None:
         if self.thinking_open:
@@ -54,6 +59,9 @@ class TurnEvents:
             self.emit("thinking_end", iteration=self.iteration)
 
     def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._buffer and self._kind is not None:
             self.bus.publish(_DELTA_EVENT[self._kind], turn_id=self.turn_id,
                              iteration=self.iteration, content="".join(self._buffer))

@@ -9,6 +9,7 @@ data goes to the model once, in the turn that produced it. Everything is size-ca
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 from typing import Any, Literal
@@ -78,7 +79,7 @@ class MessageStore:
             return int(cur.lastrowid or 0)
 
     async def list(self, session_id: str, *, after: int = 0, limit: int = MAX_LIST
-                   ) -> list[StoredMessage]:
+                   ) -> builtins.list[StoredMessage]:
         limit = max(1, min(limit, MAX_LIST))
         async with self.store.connection.execute(
             f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND id > ? "
@@ -87,7 +88,8 @@ class MessageStore:
             rows = await cur.fetchall()
         return [_row(r) for r in rows]
 
-    async def context(self, session_id: str) -> tuple[StoredMessage | None, list[StoredMessage]]:
+    async def context(self, session_id: str
+                      ) -> tuple[StoredMessage | None, builtins.list[StoredMessage]]:
         """The newest summary (if any) and every conversation row after what it covers."""
         async with self.store.connection.execute(
             f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND role = 'summary' "

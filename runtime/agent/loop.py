@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,10 +138,9 @@ class Turn:
         last_text = ""
         for iteration in range(1, s.profile.max_iterations + 1):
             self.iterations = self.events.iteration = iteration
-            messages = await builder.build(
-                system, tools, images,
-                lambda m, i=iteration: annotate(m, s.profile, iteration=i, goal=s.content,
-                                                failed_calls=failed))
+            messages = await builder.build(system, tools, images, functools.partial(
+                annotate, profile=s.profile, iteration=iteration, goal=s.content,
+                failed_calls=failed))
             answer = await self._ask(ChatRequest(
                 model=s.model, messages=messages, tools=tools,
                 temperature=s.profile.temperature, think=s.profile.think, num_ctx=window))

@@ -64,7 +64,7 @@ class AgentProfile(BaseModel):
                                 description="tokens; lowered to what the model reports")
     stall_repeats: int = Field(3, ge=2, le=20,
                                description="the same call this many times ends the turn")
-    thinking: ThinkingMechanics = Field(default_factory=ThinkingMechanics)
+    thinking: ThinkingMechanics = Field(default_factory=lambda: ThinkingMechanics())
 
     @field_validator("tools")
     @classmethod

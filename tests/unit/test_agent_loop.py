@@ -262,3 +262,19 @@ async def test_deltas_are_batched(tmp_path: Path, ollama: FakeOllama) -> None:
     deltas = [e for e in events if e.type == "stream_delta"]
     assert "".join(e.data["content"] for e in deltas) == text
     assert len(deltas) < len(text) // 2 // 10
+
+
+async def test_a_pause_mid_answer_does_not_hold_back_text(tmp_path: Path,
+                                                          ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(content="first words", chunk=4, hang_s=1.5))
+    async with AgentHarness(tmp_path, ollama=ollama.url) as h:
+        seen: list[tuple[float, str]] = []
+
+        async def note(event: object) -> None:
+            seen.append((time.monotonic(), event.type))  # type: ignore[attr-defined]
+
+        t0 = time.monotonic()
+        await h.turn("talk", on_event=note)
+    first_delta = next(t for t, kind in seen if kind == "stream_delta")
+    assert first_delta - t0 < 1.0  # published while the model still had not finished
+    assert seen[-1][0] - t0 >= 1.5

@@ -9,7 +9,7 @@ support thinking gets the request again without `think` (remembered per host and
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -87,7 +87,7 @@ class OllamaBackend:
             await client.close()
         self._clients.clear()
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
         problems: list[str] = []
         for host in self.pool.candidates():
             started = False

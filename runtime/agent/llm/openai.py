@@ -10,7 +10,7 @@ which the loop hands back to the model). Reasoning text is read from `reasoning_
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -80,7 +80,7 @@ class _CallParts:
     def add(self, delta: dict[str, Any]) -> None:
         if isinstance(delta.get("id"), str):
             self.id = delta["id"][:200]
-        fn = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+        fn: dict[str, Any] = delta["function"] if isinstance(delta.get("function"), dict) else {}
         if isinstance(fn.get("name"), str):
             self.name = (self.name + fn["name"])[:200]
         piece = fn.get("arguments")
@@ -125,7 +125,7 @@ class OpenAIBackend:
             body["temperature"] = request.temperature
         return body
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
         try:
             async with self._http.stream("POST", "/chat/completions",
                                          json=self._body(request)) as resp:
@@ -180,7 +180,8 @@ class OpenAIBackend:
             for choice in event.get("choices") or ():
                 if not isinstance(choice, dict):
                     continue
-                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                delta: dict[str, Any] = (choice["delta"] if isinstance(choice.get("delta"), dict)
+                                         else {})
                 thinking = delta.get("reasoning_content") or delta.get("reasoning")
                 if isinstance(thinking, str) and thinking:
                     yield ThinkingDelta(thinking)
