@@ -8,15 +8,25 @@ ast reader for an import and `test_cant_run_module_code_in_the_supervisor` goes 
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
+import docker
 import pytest
 
+from runtime.audit import AuditLog
 from runtime.config import PROJECT_ROOT
+from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
+from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.images import image_ref
+from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.user.descriptor import parse_descriptor
+from runtime.workspace import Workspaces
 
 MALICIOUS = '''
 import os, socket, json
@@ -121,3 +131,73 @@ async def test_cant_hide_other_tools_with_a_broken_one(
     assert {"crash", "loop", "bomb"} <= set(result.metadata["errors"])
     names = {s.name for s in await reg.specs(ctx.subject)}
     assert {"fine", "word_count", "code_exec"} <= names
+
+
+# ---- in the sandbox: the same tool, run through the Executor on the real Docker backend ----
+
+SECRET = "navi-supervisor-secret-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+async def docker_rig(
+    tmp_path: Path,
+    backend: DockerBackend,
+    backend_config: DockerBackendConfig,
+    docker_api: docker.APIClient,
+) -> AsyncIterator[tuple[ToolServices, ToolContext]]:
+    try:
+        docker_api.inspect_image(image_ref("tools-runner"))
+    except docker.errors.ImageNotFound:
+        pytest.fail("navi/tools-runner:latest is missing; run `navi images build tools-runner`")
+    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
+    tenant, session = new_tenant_id(), new_session_id()
+    workspaces = Workspaces(backend_config.workspaces_root)
+    async with AsyncExitStack() as stack:
+        audit = AuditLog(tmp_path / "audit")
+        await audit.open()
+        stack.push_async_callback(audit.close)
+        executor = Executor(engine=engine, backend=backend, audit=audit, resolve_image=image_ref)
+        services = build_tools(tmp_path / "data", policy=engine)
+        stack.push_async_callback(services.close)
+        await services.open()
+        path = workspaces.create(tenant, session)
+        stack.callback(workspaces.remove, tenant, session)
+        ws = stack.enter_context(workspaces.open(tenant, session))
+        ctx = ToolContext(subject=Subject(tenant=tenant, session=session), executor=executor,
+                          workspace=ws, workspace_path=path)
+        yield services, ctx
+
+
+@pytest.mark.docker
+async def test_cant_escape_from_a_user_tool(
+    docker_rig: tuple[ToolServices, ToolContext], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NAVI_SECURITY_CANARY", SECRET)  # the supervisor's environment
+    services, ctx = docker_rig
+    reg = services.registry
+    canary = tmp_path / "canary"
+    await reg.invoke("write_tool", {"name": "evil", "code": malicious_source(canary)}, ctx)
+    await reg.invoke("reload_tools", {}, ctx)
+    tool_file = services.user_tools.store.tenant_dir(ctx.tenant) / "evil.py"
+    before = tool_file.read_bytes()
+
+    result = await reg.invoke("evil", {"probe": "x"}, ctx)
+    assert result.success, result
+    report = json.loads(result.output)
+
+    # the supervisor's environment is not in the sandbox, neither via pid 1 nor its own
+    assert SECRET not in report["environ"] and SECRET not in report["self_environ"]
+    assert "NAVI_" not in report["self_environ"]
+    # no network at all: no route anywhere (not merely a refused connection)
+    assert "Network is unreachable" in report["socket_ext"], report["socket_ext"]
+    assert "Network is unreachable" in report["socket_gw"], report["socket_gw"]
+    # nothing outside the workspace is writable, the tool file and the runner included
+    for key in ("write_root", "write_etc", "write_tool_file", "write_runner"):
+        assert "Read-only file system" in report[key], (key, report[key])
+    assert report["write_canary"].startswith("ERR")
+    assert report["docker_sock"].startswith("ERR")
+    assert report["uid"] == 65534
+    # and on the host: no canary, the tool file unchanged
+    assert not canary.exists()
+    assert tool_file.read_bytes() == before
