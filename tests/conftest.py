@@ -46,3 +46,12 @@ def _release_test_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     for point in sorted(points, key=len, reverse=True):
         if point.startswith(base + os.sep):
             subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog():
+    """A CLI test may point logging at a CliRunner stream that is closed afterwards."""
+    yield
+    import structlog
+
+    structlog.reset_defaults()
