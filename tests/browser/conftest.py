@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.ui import ARTIFACTS
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.fakes.ollama import FakeOllama
 
@@ -24,7 +25,6 @@ CHROMIUM = os.environ.get("NAVI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 POLICY = Path(__file__).resolve().parents[1] / "e2e" / "policies" / "ask_and_quota.yaml"
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "browser"
 VIEWPORT = {"width": 1400, "height": 1000}
 # API answers such as 401/403/404/429 are logged by Chromium as failed resources; the client
 # handles them. A failed page asset is caught by the response check below instead.

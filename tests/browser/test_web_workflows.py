@@ -12,7 +12,7 @@ import pytest
 
 from tests.browser.conftest import Tenant
 from tests.browser.proxy import CuttableProxy
-from tests.browser.ui import last_card, new_session, run_code, sign_in, wait_finished
+from tests.browser.ui import last_card, new_session, run_code, sign_in, snap, wait_finished
 from tests.e2e.conftest import Server
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
@@ -88,6 +88,7 @@ def test_ask_is_approved_or_denied_in_the_page(page, server: Server, tenant: Ten
     assert "echo approved-run" in prompt.locator("pre").inner_text()
     card = last_card(page)
     assert card.locator(".status.running").count() == 1  # waits for a person
+    snap(page, f"approval_pending_{decision.lower()}")
     prompt.get_by_role("button", name=decision).click()
     wait_finished(card)
     if decision == "Approve":
@@ -121,6 +122,7 @@ def test_upload_preview_download_delete(page, server: Server, tenant: Tenant,
     page.wait_for_function("img => img.complete && img.naturalWidth === 40",
                            arg=preview.element_handle())
     assert preview.get_attribute("src").startswith("blob:")
+    snap(page, "files_with_image_preview")
 
     with page.expect_download() as info:
         page.get_by_role("button", name="Download inbox/notes <1>.txt").click()
@@ -174,7 +176,7 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
     ollama.model.add(
         Reply(thinking="The user wants a number. I will compute it in the sandbox.",
               calls=[Call("code_exec", {"language": "python", "code": code})], chunk=6,
-              delay_s=0.02),
+              delay_s=0.15),
         Reply(content="The answer is written to answer.txt.", chunk=4, delay_s=0.05),
     )
     sign_in(page, tenant.user)
@@ -185,6 +187,10 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
 
     thinking = page.locator(".msg.assistant details.thinking").first
     thinking.wait_for(timeout=30_000)
+    # While the model thinks, its thoughts stream into an open section.
+    page.locator(".msg.assistant.streaming details.thinking[open] .thinking-text",
+                 has_text="number").wait_for()
+    snap(page, "chat_thinking_streams")
     card = last_card(page)
     wait_finished(card)
     assert card.locator(".tool-name").inner_text() == "code_exec"
@@ -193,6 +199,7 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
     reply = page.locator(".msg.assistant:not(.streaming)",
                          has_text="The answer is written to answer.txt.")
     reply.wait_for(timeout=30_000)
+    snap(page, "chat_answered")
     # Thinking is collapsed once the model moved on, and opens on demand.
     assert thinking.get_attribute("open") is None
     thinking.locator("summary").click()

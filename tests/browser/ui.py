@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "browser"
 Page = Any  # playwright.sync_api.Page (imported lazily so collection works without it)
 
 
@@ -44,3 +46,9 @@ def last_card(page: Page) -> Any:
 
 def wait_finished(card: Any, timeout_ms: float = 60_000) -> None:
     card.locator(".status.ok, .status.fail").wait_for(timeout=timeout_ms)
+
+
+def snap(page: Page, name: str) -> None:
+    """A screenshot of a moment worth looking at (the fixture saves the final state too)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))

@@ -45,6 +45,7 @@ export class AuditView {
     try {
       records = await this.api.get(`/v1/audit?${this.filters()}`);
     } catch (err) {
+      clear(this.body);
       this.status.textContent = `Could not read the audit log: ${describeError(err)}`;
       return;
     }
