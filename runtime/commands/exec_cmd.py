@@ -190,5 +190,6 @@ def _fail(exc: NaviError, as_json: bool) -> NoReturn:
                 **{k: v for k, v in exc.details.items() if isinstance(v, str | int | float)}}
         typer.echo(json.dumps({"error": body}))
     else:
-        typer.echo(f"navi exec: {_escape(text)}", err=True)
+        for line in text.splitlines() or [""]:
+            typer.echo(f"navi exec: {_escape(line)}", err=True)
     raise typer.Exit(code)

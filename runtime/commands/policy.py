@@ -45,7 +45,8 @@ def _load(path: Path) -> PolicyEngine:
     try:
         return PolicyEngine(load_policy(path))
     except PolicyFileError as exc:
-        typer.echo(_escape(exc.render()), err=True)
+        for line in exc.render().splitlines():
+            typer.echo(_escape(line), err=True)
         raise typer.Exit(2) from None
 
 

@@ -29,6 +29,16 @@ def test_check_reports_the_location_and_fails(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_check_lists_every_problem_on_its_own_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nprofiles:\n  dev:\n    alow: [x]\n    deny: [group:nope]\n")
+    result = runner.invoke(app, ["policy", "check", str(bad)])
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 2
+    assert lines[0].startswith(f"{bad}:5:12: profiles.dev.deny[0]")
+    assert lines[1].startswith(f"{bad}:4:5: profiles.dev.alow")
+
+
 def test_check_missing_file() -> None:
     result = runner.invoke(app, ["policy", "check", "/nonexistent/p.yaml"])
     assert result.exit_code == 2 and "cannot read" in result.output
