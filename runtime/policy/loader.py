@@ -28,6 +28,7 @@ class PolicyFileError(ConfigError):
     code = "policy_invalid"
 
     def __init__(self, source: str, problems: list[dict[str, Any]]) -> None:
+        problems = sorted(problems, key=lambda p: (p.get("line") or 0, p.get("column") or 0))
         first = problems[0]
         super().__init__(_format(source, first), source=source, problems=problems)
         self.source = source

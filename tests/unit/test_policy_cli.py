@@ -35,8 +35,8 @@ def test_check_lists_every_problem_on_its_own_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["policy", "check", str(bad)])
     lines = result.output.splitlines()
     assert result.exit_code == 2 and len(lines) == 2
-    assert lines[0].startswith(f"{bad}:5:12: profiles.dev.deny[0]")
-    assert lines[1].startswith(f"{bad}:4:5: profiles.dev.alow")
+    assert lines[0].startswith(f"{bad}:4:5: profiles.dev.alow")
+    assert lines[1].startswith(f"{bad}:5:12: profiles.dev.deny[0]")
 
 
 def test_check_missing_file() -> None:
