@@ -118,7 +118,8 @@ class NotesStore:
         status: TodoStatus | None = None,
         title: str | None = None,
     ) -> None:
-        sets, values = [], []
+        sets: list[str] = []
+        values: list[object] = []
         if status is not None:
             sets.append("status = ?")
             values.append(status)
