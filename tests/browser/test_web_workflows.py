@@ -215,6 +215,24 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
     assert page.locator(".msg.user").count() == 1
 
 
+def test_stop_a_running_turn(page, server: Server, tenant: Tenant, ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(content="Counting slowly: one two three four five six seven.",
+                           chunk=3, delay_s=0.4))
+    sign_in(page, tenant.user)
+    new_session(page)
+    stop = page.get_by_role("button", name="Stop")
+    assert stop.is_hidden()
+    page.get_by_label("Message to the agent").fill("Count for me")
+    page.keyboard.press("Enter")
+    page.locator(".msg.assistant.streaming", has_text="Counting").wait_for(timeout=30_000)
+    stop.click()
+    page.locator(".msg.assistant:not(.streaming)").last.wait_for()
+    stop.wait_for(state="hidden")
+    text = page.locator(".msg.assistant .text").last.inner_text()
+    assert text.startswith("Counting") and "seven" not in text
+    assert page.locator(".stop-reason").last.inner_text() == "Stopped by a person."
+
+
 def test_live_view_resumes_after_a_dropped_connection(page, server: Server,
                                                       tenant: Tenant) -> None:
     page.problems.allow(r"net::ERR_")

@@ -27,6 +27,7 @@ class App {
       button.addEventListener("click", () => this.showView(button.dataset.view));
     }
     this.wireComposer();
+    this.wireStop();
     this.wireRunBox();
   }
 
@@ -151,6 +152,9 @@ class App {
           { decision }),
         onChange: () => this.files.refreshSoon(),
         loadImage: (path, type) => imageUrl(this.api, session.id, path, type),
+        onTurn: (running) => {
+          if (this.active === view) $("#stop-turn").hidden = !running;
+        },
       }) };
       this.views.set(session.id, view);
       await this.loadHistory(view);
@@ -159,6 +163,7 @@ class App {
     const label = session.title || `Session ${session.id.slice(-6)}`;
     $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
     clear($("#timeline-slot")).append(view.timeline.el);
+    $("#stop-turn").hidden = !view.timeline.running;
     $("#composer").hidden = false;
     $("#runbox").hidden = false;
     $("#upload-form").hidden = false;
@@ -214,6 +219,7 @@ class App {
       $("#composer").hidden = true;
       $("#runbox").hidden = true;
       $("#upload-form").hidden = true;
+      $("#stop-turn").hidden = true;
       $("#conn").hidden = true;
     }
   }
@@ -280,6 +286,19 @@ class App {
         const text = `The message was not accepted: ${describeError(err)}`;
         view.timeline.notice(text);
         toast(text, "error");
+      }
+    });
+  }
+
+  wireStop() {
+    $("#stop-turn").addEventListener("click", async () => {
+      const view = this.active;
+      if (!view) return;
+      try {
+        await this.api.del(`/v1/sessions/${encodeURIComponent(view.session.id)}/turn`);
+        toast("The agent was stopped.");
+      } catch (err) {
+        toast(`Could not stop the agent: ${describeError(err)}`, "error");
       }
     });
   }

@@ -6,7 +6,8 @@ import { ToolCard } from "./cards.js";
 import { h, formatTime } from "./dom.js";
 
 export class Timeline {
-  constructor({ onDecide, onChange, loadImage }) {
+  constructor({ onDecide, onChange, loadImage, onTurn = () => {} }) {
+    this.onTurn = onTurn; // (running: boolean) when an agent turn starts or ends
     this.loadImage = loadImage; // workspace path -> Promise of a blob URL
     this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
     this.onChange = onChange; // called when tool results may have changed files
@@ -21,6 +22,7 @@ export class Timeline {
     this.approvals = new Map(); // approval id -> prompt element
     this.reply = null; // the assistant reply being streamed
     this.split = false; // tool cards split the current turn's text into blocks
+    this.running = false; // an agent turn is streaming
     this.skipTurns = new Set();
     this.historyExecs = new Set();
   }
@@ -65,8 +67,7 @@ export class Timeline {
         if (msg.content || msg.thinking) {
           const reply = new Reply();
           if (msg.thinking) reply.addThinking(msg.thinking, true);
-          reply.setText(msg.content || "");
-          reply.done();
+          reply.finish(msg.content || "", meta.stop_reason);
           this.place(reply.el, ts);
         } else if (meta.error) {
           this.place(h("p", { class: "notice error", text: meta.message || meta.error }), ts);
@@ -105,6 +106,7 @@ export class Timeline {
       case "stream_start":
         this.startReply(ts);
         this.split = false;
+        this.setRunning(true);
         break;
       case "thinking_delta":
         this.ensureReply(ts).addThinking(deltaOf(event));
@@ -117,9 +119,10 @@ export class Timeline {
         break;
       case "stream_end":
         // The final text is authoritative unless tool cards split this turn's text.
-        this.ensureReply(ts).finish(this.split ? null : event.content);
+        this.ensureReply(ts).finish(this.split ? null : event.content, event.stop_reason);
         this.reply = null;
         this.split = false;
+        this.setRunning(false);
         this.onChange();
         break;
       case "tool_call":
@@ -141,6 +144,7 @@ export class Timeline {
         break;
       case "error":
         this.errorNote(event, ts);
+        if (!event.exec_id) this.setRunning(false);
         break;
       case "resync":
         this.notice(`${event.missed} earlier events were no longer available.`, ts);
@@ -148,6 +152,11 @@ export class Timeline {
       default:
         break;
     }
+  }
+
+  setRunning(running) {
+    this.running = running;
+    this.onTurn(running);
   }
 
   startReply(ts) {
@@ -256,6 +265,13 @@ export class Timeline {
   }
 }
 
+const STOP_REASONS = {
+  cancelled: "Stopped by a person.",
+  max_iterations: "Stopped: the step limit was reached.",
+  stalled: "Stopped: the agent repeated itself.",
+  too_long: "Stopped: the answer was too long.",
+};
+
 // An assistant reply: a collapsible thinking section and the streamed answer text.
 class Reply {
   constructor() {
@@ -303,8 +319,10 @@ class Reply {
     if (!this.thinking && !this.text.textContent) this.el.remove();
   }
 
-  finish(content) {
+  finish(content, reason) {
     if (typeof content === "string" && content) this.setText(content);
+    const why = STOP_REASONS[reason];
+    if (why) this.el.append(h("p", { class: "stop-reason", text: why }));
     this.finished = true;
     this.done();
   }
