@@ -44,6 +44,7 @@ from runtime.policy.decision import Subject
 log = get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 8
+MAX_CALLS_KEPT = 32  # calls beyond this in one answer are dropped unseen (untrusted output)
 
 
 @dataclass
@@ -203,7 +204,8 @@ class Turn:
                     self.events.delta("text", chunk.text)
                 elif isinstance(chunk, ToolCallChunk):
                     self.events.end_thinking()
-                    answer.calls.append(chunk.call)
+                    if len(answer.calls) < MAX_CALLS_KEPT:
+                        answer.calls.append(chunk.call)
                 elif isinstance(chunk, Done):
                     answer.usage = chunk.usage
                     answer.served_by = chunk.served_by

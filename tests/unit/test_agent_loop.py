@@ -278,3 +278,33 @@ async def test_a_pause_mid_answer_does_not_hold_back_text(tmp_path: Path,
     first_delta = next(t for t, kind in seen if kind == "stream_delta")
     assert first_delta - t0 < 1.0  # published while the model still had not finished
     assert seen[-1][0] - t0 >= 1.5
+
+
+async def test_a_flood_of_calls_is_bounded(tmp_path: Path, ollama: FakeOllama) -> None:
+    listing = {"action": "list", "path": ""}
+    ollama.model.add(Reply(calls=[Call("filesystem", {**listing, "n": i}) for i in range(500)]),
+                     Reply(content="ok"))
+    async with AgentHarness(tmp_path, ollama=ollama.url) as h:
+        events = await h.turn("flood")
+        rows = await h.services.agent.history(h.services, h.subject.session)
+    results = [e.data for e in events if e.type == "tool_result"]
+    assert len(results) == 8  # MAX_CALLS_PER_STEP ran (each refused: `n` is no argument)
+    tool_rows = [r for r in rows if r.role == "tool"]
+    assert len(tool_rows) == 32 and "at most 8 tool calls" in tool_rows[-1].content
+    assert events[-1].data["stop_reason"] == "stop"
+
+
+async def test_deleting_the_session_ends_its_turn(tmp_path: Path, ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(content="working", hang_s=30))
+    async with AgentHarness(tmp_path, ollama=ollama.url) as h:
+        mark = h.bus.next_id - 1
+        await h.start("long job")
+        await asyncio.sleep(0.3)
+        listener = asyncio.create_task(h.events_until_end(mark, timeout=10))
+        await asyncio.sleep(0.05)
+        record = await h.services.store.get_session(h.subject.tenant, h.subject.session)
+        assert record is not None
+        await h.services.end_session(record)
+        events = await listener
+        assert h.services.agent.running(h.subject.session) is None
+    assert events[-1].data["stop_reason"] == "cancelled"
