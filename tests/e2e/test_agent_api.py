@@ -95,8 +95,8 @@ def send(server: Server, token: str, session: str, content: str) -> str:
 
 
 def watch(server: Server, token: str, session: str, after: int = 0, timeout: float = 60,
-          on_event: Any = None) -> list[dict[str, Any]]:
-    """SSE events of the session after `after`, up to the end of a turn."""
+          on_event: Any = None, until: set[str] = END) -> list[dict[str, Any]]:
+    """SSE events of the session after `after`, up to the end of a turn (or `until`)."""
     seen: list[dict[str, Any]] = []
     with server.client(token) as client, client.stream(
             "GET", f"/v1/sessions/{session}/events", params={"after": after},
@@ -107,7 +107,7 @@ def watch(server: Server, token: str, session: str, after: int = 0, timeout: flo
             seen.append(data)
             if on_event is not None:
                 on_event(data)
-            if data["type"] in END:
+            if data["type"] in until:
                 break
     return seen
 
@@ -297,14 +297,17 @@ def test_one_turn_at_a_time_and_the_api_edges(server: Server, user: str,
                                               ollama: FakeOllama) -> None:
     ollama.model.add(Reply(content="thinking slowly", hang_s=30))
     session = new_session(server, user)
-    send(server, user, session, "first")
+    turn_id = send(server, user, session, "first")
+    watch(server, user, session, until={"stream_delta"})
     with server.client(user) as client:
+        assert client.get(f"/v1/sessions/{session}/turn").json()["turn_id"] == turn_id
         second = client.post(f"/v1/sessions/{session}/messages", json={"content": "second"})
         assert second.status_code == 409 and second.json()["error"]["code"] == "conflict"
         for bad in ({}, {"content": ""}, {"content": "x" * 70_000}, {"content": "a", "x": 1}):
             resp = client.post(f"/v1/sessions/{session}/messages", json=bad)
             assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
         assert client.delete(f"/v1/sessions/{session}/turn").json()["cancelled"] is True
+        assert client.get(f"/v1/sessions/{session}/turn").status_code == 404
     _, other = server.tenant_with_user()
     with server.client(other) as client:  # another tenant sees nothing
         assert client.post(f"/v1/sessions/{session}/messages",

@@ -70,6 +70,17 @@ async def list_messages(
     return [MessageOut(**row.model_dump()) for row in rows]
 
 
+@router.get("/{session_id}/turn", response_model=TurnOut)
+async def running_turn(session_id: str, request: Request, principal: SessionUser) -> TurnOut:
+    """The turn running now (a client that reconnects); 404 when none runs."""
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    turn_id = services.agent.running(record.id)
+    if turn_id is None:
+        raise NotFound("no turn is running in this session")
+    return TurnOut(turn_id=turn_id, session=record.id)
+
+
 @router.delete("/{session_id}/turn", response_model=CancelOut)
 async def cancel_turn(session_id: str, request: Request, principal: SessionUser) -> CancelOut:
     """Cancel the running turn: its container is killed; 404 when no turn runs."""
