@@ -21,6 +21,7 @@ from runtime.tools.builtin import (
     TodoTool,
     ToolManualTool,
 )
+from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
 from runtime.tools.memory_store import MemoryStore
 from runtime.tools.notes_store import NotesStore
@@ -78,6 +79,9 @@ def build_tools(
         ToolTestTool(catalogs),
         ReloadToolsTool(catalogs),
         DeleteToolTool(catalogs),
+        Model3DTool(),
+        ScadLintTool(),
+        Render3DTool(),
     ]
     registry = ToolRegistry(
         tools,
