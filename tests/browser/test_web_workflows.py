@@ -215,6 +215,27 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
     assert page.locator(".msg.user").count() == 1
 
 
+def test_agent_image_shows_inline(page, server: Server, tenant: Tenant,
+                                  ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(calls=[Call("image_view", {"path": "renders/view.png"})]),
+                     Reply(content="I see a red square."))
+    sign_in(page, tenant.user)
+    session = new_session(page)
+    with server.client(tenant.user) as api:
+        assert api.put(f"/v1/sessions/{session}/files/renders/view.png",
+                       content=png_bytes(40, 30, (200, 40, 40))).status_code == 201
+    page.get_by_label("Message to the agent").fill("What does the render show?")
+    page.keyboard.press("Enter")
+    card = page.locator(".tool-card", has_text="image_view")
+    image = card.locator(".card-images img")
+    image.wait_for(timeout=30_000)
+    page.wait_for_function("img => img.complete && img.naturalWidth === 40",
+                           arg=image.element_handle())
+    assert card.locator("figcaption").inner_text() == "renders/view.png"
+    page.locator(".msg.assistant", has_text="I see a red square.").wait_for()
+    page.locator("#file-list img.preview").wait_for()
+
+
 def test_stop_a_running_turn(page, server: Server, tenant: Tenant, ollama: FakeOllama) -> None:
     ollama.model.add(Reply(content="Counting slowly: one two three four five six seven.",
                            chunk=3, delay_s=0.4))

@@ -79,6 +79,7 @@ class App {
     $("#token-input").value = "";
     error.textContent = "";
     $("#signin").hidden = true;
+    $("#main").focus(); // the signed-in page starts here for keyboard and screen readers
     $("#signout").hidden = false;
     const role = $("#role");
     role.hidden = false;

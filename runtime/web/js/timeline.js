@@ -278,7 +278,7 @@ class Reply {
     this.thinking = null;
     this.thinkingText = null;
     this.text = h("div", { class: "text" });
-    this.el = h("div", { class: "msg assistant streaming" },
+    this.el = h("div", { class: "msg assistant streaming", "aria-busy": "true" },
       h("span", { class: "who", text: "Agent" }), this.text);
     this.closed = false;
     this.finished = false;
@@ -335,6 +335,7 @@ class Reply {
     this.closed = true;
     this.endThinkingIfOpen();
     this.el.classList.remove("streaming");
+    this.el.removeAttribute("aria-busy");
     this.dropIfEmpty();
   }
 }
