@@ -143,6 +143,19 @@ def test_upload_preview_download_delete(page, server: Server, tenant: Tenant,
     assert rows.filter(has_text="notes <1>.txt").count() == 1
 
 
+def test_bootstrap_admin_token_works_and_audits(page, server: Server) -> None:
+    """`make run` on a fresh machine: the NAVI_ADMIN_TOKEN is enough to try everything."""
+    sign_in(page, server.admin_token)
+    assert page.locator("#role").inner_text() == "Signed in · admin"
+    new_session(page)
+    run_code(page, "echo hello from bash", tool="bash")
+    wait_finished(last_card(page))
+    assert last_card(page).locator(".output").inner_text() == "hello from bash\n"
+    page.get_by_role("button", name="Audit").click()
+    page.locator("#audit-rows tr").first.wait_for()
+    page.locator("#verify-status.ok").wait_for()
+
+
 def test_audit_view_filters_and_verifies(page, server: Server, tenant: Tenant) -> None:
     sign_in(page, tenant.user)
     session = new_session(page)

@@ -94,6 +94,7 @@ class App {
       this.sessions = new SessionsPanel($("#workspace"), api, {
         onSelect: (session) => this.openSession(session),
         onDeleted: (id) => this.dropSession(id),
+        onCreated: () => $("#message-input").focus(), // the next thing to do
       });
       if (this.role === "admin") this.loadProfiles();
       const sessions = await this.sessions.refresh();

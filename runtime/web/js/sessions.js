@@ -5,8 +5,9 @@ import { describeError } from "./api.js";
 import { h, clear, formatTime, toast } from "./dom.js";
 
 export class SessionsPanel {
-  constructor(root, api, { onSelect, onDeleted }) {
+  constructor(root, api, { onSelect, onDeleted, onCreated = () => {} }) {
     this.api = api;
+    this.onCreated = onCreated;
     this.onSelect = onSelect;
     this.onDeleted = onDeleted;
     this.list = root.querySelector("#session-list");
@@ -67,7 +68,7 @@ export class SessionsPanel {
   select(id) {
     this.current = id;
     this.render();
-    this.onSelect(this.sessions.find((s) => s.id === id) || { id });
+    return this.onSelect(this.sessions.find((s) => s.id === id) || { id });
   }
 
   async create() {
@@ -77,7 +78,8 @@ export class SessionsPanel {
     try {
       const session = await this.api.post("/v1/sessions", profile ? { profile } : {});
       await this.refresh();
-      this.select(session.id);
+      await this.select(session.id);
+      this.onCreated(session);
     } catch (err) {
       toast(`Could not create a session: ${describeError(err)}`, "error");
     } finally {
