@@ -132,3 +132,33 @@ def test_auditor_sees_only_the_audit_view(page, server: Server, tenant: Tenant) 
     assert page.locator("#workspace").is_hidden()
     page.locator("#verify-status.ok").wait_for()
     assert "Chain verified" in page.locator("#verify-status").inner_text()
+
+
+def test_sse_parser_handles_split_frames(page, server: Server) -> None:
+    """The client's text/event-stream parser, fed the awkward chunkings a network produces."""
+    page.goto("/")
+    frames = page.evaluate("""async () => {
+      const { SseParser } = await import('/web/js/sse.js');
+      const out = [];
+      const ids = [];
+      const parser = new SseParser((data, id) => out.push([id, data]), (id) => ids.push(id));
+      const chunks = [': keep-alive\\r', '\\n', 'id: 7\\r\\ndata: {"type":"a",', '"n":1}\\r',
+                      '\\n\\r\\n', 'data:{"type":"b"}\\n', 'data: {"x":2}\\n\\n',
+                      'id: 9\\n\\n', 'data: not json\\n\\n', 'id: 10\\rdata: {"type":"c"}\\r\\r'];
+      for (const c of chunks) parser.feed(c);
+      return { out, ids };
+    }""")
+    assert frames["out"] == [[7, {"type": "a", "n": 1}], [10, {"type": "c"}]]
+    assert frames["ids"] == [9]
+
+
+def test_sse_parser_joins_multiline_data(page, server: Server) -> None:
+    page.goto("/")
+    out = page.evaluate("""async () => {
+      const { SseParser } = await import('/web/js/sse.js');
+      const out = [];
+      const parser = new SseParser((data, id) => out.push([id, data]));
+      parser.feed('id: 3\\ndata: {"type":\\ndata: "multi"}\\n\\n');
+      return out;
+    }""")
+    assert out == [[3, {"type": "multi"}]]

@@ -86,19 +86,23 @@ export class SseParser {
     this.onMessage = onMessage;
     this.onId = onId;
     this.buffer = "";
+    this.skipLF = false;
     this.data = [];
     this.id = null;
   }
 
   feed(text) {
+    if (!text) return;
+    // A chunk that ended in CR ended a line; an LF starting the next chunk completes that CRLF.
+    if (this.skipLF && text.startsWith("\n")) text = text.slice(1);
+    this.skipLF = false;
     this.buffer += text;
     for (;;) {
       const match = /\r\n|\r|\n/.exec(this.buffer);
       if (!match) return;
-      // A CR at the very end may be the first half of a CRLF: wait for the next chunk.
-      if (match[0] === "\r" && match.index === this.buffer.length - 1) return;
       const line = this.buffer.slice(0, match.index);
       this.buffer = this.buffer.slice(match.index + match[0].length);
+      if (match[0] === "\r" && this.buffer === "") this.skipLF = true;
       this.line(line);
     }
   }
