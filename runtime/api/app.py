@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from runtime import __version__
 from runtime.agent import AgentService
 from runtime.api.errors import install_error_handlers
+from runtime.api.metrics import Metrics
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
@@ -39,13 +40,15 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     policy = PolicyEngine.from_file(settings.policy)
     instance = load_instance_id(settings.data_dir)
+    metrics = Metrics()
     opened: list = []
     try:
         store = await Store.open(settings.database_path)
         opened.append(store.close)
         if settings.admin_token is not None:
             await store.ensure_bootstrap_admin(settings.admin_token.get_secret_value())
-        audit = AuditLog(settings.data_dir, instance=instance)
+        audit = AuditLog(settings.data_dir, instance=instance,
+                         on_append=metrics.audit_write.observe)
         await audit.open()
         opened.append(audit.close)
         if backend is None:
@@ -65,7 +68,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         raise
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
-                        workspaces=Workspaces.from_settings(settings), agent=agent)
+                        workspaces=Workspaces.from_settings(settings), agent=agent,
+                        metrics=metrics)
     await _start_sandbox(services)
     return services
 

@@ -88,6 +88,7 @@ class Services:
         with contextlib.suppress(Exception):
             await self.executor.cancel_session(record.id)
         await self.store.delete_session(record.tenant_id, record.id)
+        await self.tools.notes.drop_session(record.tenant_id, record.id)
         await asyncio.to_thread(self.workspaces.remove, record.tenant_id, record.id)
         self.hub.drop(record.id)
 

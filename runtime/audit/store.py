@@ -26,6 +26,7 @@ import re
 import secrets
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -83,8 +84,10 @@ class AuditLog:
     def __init__(
         self, data_dir: Path, *, instance: str | None = None, checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 60.0,
+        on_append: Callable[[float], None] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.on_append = on_append  # observer: seconds one durable append took
         self.instance = instance or "p-" + secrets.token_hex(6)
         if not _INSTANCE.match(self.instance):
             raise ConfigError(f"bad audit instance id {self.instance!r}")
@@ -244,8 +247,11 @@ class AuditLog:
 
     async def append(self, entry: AuditEntry) -> AuditRecord:
         """Append one record durably (fsync'd in SQLite and the mirror) and return it."""
+        started = time.perf_counter()
         async with self._lock:
             records = await self._write_locked([entry])
+            if self.on_append is not None:
+                self.on_append(time.perf_counter() - started)
             if (records[0].seq - self._last_cp_seq >= self.checkpoint_every
                     or time.monotonic() - self._last_cp_time >= self.checkpoint_interval_s):
                 try:

@@ -33,10 +33,16 @@ def test_metrics_count_executions(server: Server) -> None:
         session = client.post("/v1/sessions", json={}).json()["id"]
         client.post(f"/v1/sessions/{session}/exec", json={"tool": "todo",
                                                          "args": {"action": "list"}})
+        secretary = client.post("/v1/sessions", json={"profile": "secretary"}).json()["id"]
+        denied = client.post(f"/v1/sessions/{secretary}/exec", json={
+            "tool": "code_exec", "args": {"language": "python", "code": "1"}})
+        assert denied.status_code == 403  # denials are audited (an append) and counted
     with server.client(server.token_for(tenant, "auditor")) as auditor:
         resp = auditor.get("/v1/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
     assert 'navi_executions_total{outcome="ok",tool="todo"}' in resp.text
+    assert 'navi_policy_denials_total{rule="profiles.secretary.deny[group:exec]"' in resp.text
+    assert "navi_audit_write_seconds_count 0.0" not in resp.text
     for name in ("navi_execution_duration_seconds", "navi_active_executions",
                  "navi_policy_denials", "navi_audit_write_seconds"):
         assert name in resp.text
