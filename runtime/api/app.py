@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from runtime import __version__
 from runtime.agent import AgentService
+from runtime.api.bootstrap import ensure_admin
 from runtime.api.errors import install_error_handlers
 from runtime.api.metrics import Metrics
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
@@ -45,8 +46,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     try:
         store = await Store.open(settings.database_path)
         opened.append(store.close)
-        if settings.admin_token is not None:
-            await store.ensure_bootstrap_admin(settings.admin_token.get_secret_value())
+        await ensure_admin(settings, store)
         audit = AuditLog(settings.data_dir, instance=instance,
                          on_append=metrics.audit_write.observe)
         await audit.open()

@@ -8,9 +8,12 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
+from pydantic import ValidationError
 
 from runtime.config import Settings
+from runtime.errors import NaviError
 from runtime.logging import configure_logging, get_logger
+from runtime.policy.engine import PolicyEngine
 
 log = get_logger(__name__)
 
@@ -42,7 +45,12 @@ def serve(
 
     given = {"host": host, "port": port, "data_dir": data_dir, "policy": policy}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+        PolicyEngine.from_file(settings.policy)  # fail before binding, with the file's location
+    except (ValidationError, NaviError) as exc:
+        typer.echo(f"error: {getattr(exc, 'message', exc)}", err=True)
+        raise typer.Exit(2) from None
     configure_logging(settings.log_format, settings.log_level)
     app = create_app(settings)
     config = uvicorn.Config(

@@ -46,3 +46,27 @@ def test_metrics_count_executions(server: Server) -> None:
     for name in ("navi_execution_duration_seconds", "navi_active_executions",
                  "navi_policy_denials", "navi_audit_write_seconds"):
         assert name in resp.text
+
+
+def test_without_admin_env_a_token_file_is_made_once(tmp_path) -> None:  # noqa: ANN001
+    import os
+
+    from tests.e2e.conftest import start_server, stop_server
+
+    srv = start_server(tmp_path, extra_env={"NAVI_ADMIN_TOKEN": ""})
+    try:
+        token_file = srv.data_dir / "admin-token"
+        token = token_file.read_text().strip()
+        assert oct(os.stat(token_file).st_mode & 0o777) == "0o600"
+        assert token not in srv.log()  # only its path is logged
+        with srv.client(token) as admin:
+            assert admin.post("/v1/tenants", json={"name": "via-file"}).status_code == 201
+    finally:
+        stop_server(srv)
+    again = start_server(tmp_path, extra_env={"NAVI_ADMIN_TOKEN": ""})
+    try:
+        assert token_file.read_text().strip() == token
+        with again.client(token) as admin:
+            assert admin.get("/v1/tenants").status_code == 200
+    finally:
+        stop_server(again)
