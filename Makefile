@@ -22,7 +22,8 @@ run: setup
 	exec $(VENV)/bin/navi serve --host '$(HOST)' --port '$(PORT)'
 
 # PYTEST_EXIT_FILE (used by .ci/run) receives pytest's own exit code: make only says "failed".
-test: setup
+test:
+	@NAVI_SETUP_TEST_TOOLS=1 bash scripts/setup.sh
 	@rc=0; $(VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	if [ -n '$(PYTEST_EXIT_FILE)' ]; then echo $$rc > '$(PYTEST_EXIT_FILE)'; fi; \
 	exit $$rc

@@ -29,6 +29,10 @@ install_system_packages() {
     command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install python3 (>= 3.11)"
     "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+    if [ "${NAVI_SETUP_TEST_TOOLS:-0}" = 1 ]; then  # `make test`: real browser + compose checks
+        command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-liberation)
+        command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+    fi
     [ "${#missing[@]}" -eq 0 ] && return 0
     if ! is_root; then
         die "missing: ${missing[*]}. Install as root, then run this again:

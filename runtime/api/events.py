@@ -26,7 +26,8 @@ class Event:
     ts: float
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "type": self.type, "ts": self.ts, **self.data}
+        """The wire object; `id`, `type` and `ts` are the bus's and no payload can shadow them."""
+        return {**self.data, "id": self.id, "type": self.type, "ts": self.ts}
 
 
 @dataclass
