@@ -55,3 +55,16 @@ def _reset_structlog():
     import structlog
 
     structlog.reset_defaults()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """aiosqlite's worker threads are not daemons: a connection left open by a failing test
+    would keep the interpreter (and CI) from ever exiting. Stop any still running; the
+    failure itself is already reported."""
+    import gc
+
+    import aiosqlite
+
+    for obj in gc.get_objects():
+        if isinstance(obj, aiosqlite.Connection) and obj._running:  # noqa: SLF001
+            obj.stop()
