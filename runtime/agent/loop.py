@@ -1,12 +1,14 @@
 """One turn of the agent: model -> tool calls -> Executor -> results -> model ... -> answer.
 
 Events, in order, all carrying `turn_id`:
-`stream_start` once; per model step: `thinking_delta`* `thinking_end`, `stream_delta`*,
-then per tool call `tool_call` {tool,args,exec_id,call_id}, (`approval_required`),
-`exec_output`* {exec_id,stream,data}, `tool_result` {tool,success,output,exec_id,...};
-and exactly one ending: `stream_end` {content, stop_reason, usage, iterations} where
-stop_reason is `stop` (final answer), `max_iterations`, `stalled`, `cancelled` or
-`too_long`; or `error` {code, message} when the model server failed.
+- `stream_start` once (`model`, `backend`: which model serves); `notice` {message} when
+  the runtime has something to say about that (the embedded model takes over);
+- per model step: `thinking_delta`* {content}, `thinking_end`, `stream_delta`* {content};
+- per tool call: `tool_call` {tool,args,exec_id,call_id}, (`approval_required`),
+  `exec_output`* {exec_id,stream,data}, `tool_result` {tool,success,output,exec_id,...};
+- exactly one ending: `stream_end` {content, stop_reason, usage, iterations} where
+  stop_reason is `stop` (final answer), `max_iterations`, `stalled`, `cancelled` or
+  `too_long`; or `error` {code, message} when the model server failed.
 Everything the turn produced is stored as it happens (user, assistant and tool rows).
 """
 
@@ -28,6 +30,7 @@ from runtime.agent.llm.types import (
     Done,
     ImageInput,
     LLMBackend,
+    Notice,
     TextDelta,
     ThinkingDelta,
     ToolCallChunk,
@@ -85,8 +88,10 @@ class Turn:
 
     async def run(self) -> None:
         s = self.s
-        self.events.emit("stream_start", model=s.model, profile=s.profile.name,
-                         backend=s.backend.name, max_iterations=s.profile.max_iterations)
+        model_for = getattr(s.backend, "model_for", None)
+        self.events.emit("stream_start", model=model_for(s.model) if model_for else s.model,
+                         profile=s.profile.name, backend=s.backend.name,
+                         max_iterations=s.profile.max_iterations)
         try:
             reason, content = await self._steps()
         except Stalled as exc:
@@ -209,6 +214,8 @@ class Turn:
                 elif isinstance(chunk, Done):
                     answer.usage = chunk.usage
                     answer.served_by = chunk.served_by
+                elif isinstance(chunk, Notice):
+                    self.events.emit("notice", message=clip(chunk.text, 2000))
         self.events.end_thinking()
         self.events.flush()
         answer.text = "".join(text)

@@ -46,7 +46,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, ollama: FakeOllama,
     srv = start_server(tmp_path_factory.mktemp("agent"), policy=POLICY, extra_env={
         "NAVI_OLLAMA_HOST": f"{down_host},{ollama.url}",  # the first host is down: failover
         "NAVI_PROFILES_DIR": str(PROFILES), "NAVI_MODEL": "gemma3:270m",
-        "NAVI_APPROVAL_TIMEOUT_S": "3", "NAVI_OPENAI_BASE_URL": ""})
+        "NAVI_APPROVAL_TIMEOUT_S": "3", "NAVI_OPENAI_BASE_URL": "",
+        "NAVI_EMBEDDED_MODEL": "off"})
     yield srv
     stop_server(srv)
 
@@ -356,7 +357,8 @@ def test_openai_compatible_backend(tmp_path: Path) -> None:
                 and m["content"].startswith("Error:")))))
         srv = start_server(tmp_path, policy=POLICY, extra_env={
             "NAVI_OPENAI_BASE_URL": fake.url + "/v1", "NAVI_OPENAI_API_KEY": "sk-fake",
-            "NAVI_MODEL": "fake-model", "NAVI_PROFILES_DIR": str(PROFILES)})
+            "NAVI_MODEL": "fake-model", "NAVI_PROFILES_DIR": str(PROFILES),
+            "NAVI_EMBEDDED_MODEL": "off"})
         try:
             _, token = srv.tenant_with_user()
             session = new_session(srv, token)

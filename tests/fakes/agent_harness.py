@@ -32,7 +32,7 @@ class AgentHarness:
         values: dict[str, Any] = {
             "data_dir": tmp / "data", "policy": POLICY, "profiles_dir": PROFILES,
             "model": "gemma3:270m", "ollama_host": ollama, "openai_base_url": openai,
-            "persona": None, "admin_token": None, **settings}
+            "persona": None, "admin_token": None, "embedded_model": "off", **settings}
         if openai:
             values["model"] = settings.get("model", "fake-model")
         self.settings = Settings(**values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -222,3 +223,69 @@ def test_parse_hosts() -> None:
 def test_parse_arguments(raw: object, args: object, bad: bool) -> None:
     parsed, error = parse_arguments(raw)
     assert parsed == args and (error is not None) == bad
+
+
+# ---- fallback to the embedded model ------------------------------------------------------
+
+
+class StubEmbedded:
+    """Stands in for the llama.cpp server (tests of that are in test_agent_embedded):
+    `ensure` hands out a fake OpenAI-compatible server's URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.ensured = 0
+
+    def installed(self) -> bool:
+        return False
+
+    async def ensure(self) -> str:
+        self.ensured += 1
+        return self.url
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_fallback_serves_with_the_embedded_model_when_nothing_answers() -> None:
+    from runtime.agent.llm import FallbackBackend, Notice
+    from runtime.agent.llm.embedded import MODEL_ALIAS
+
+    with FakeOpenAI([Reply(content="small model here"), Reply(content="still me")],
+                    models=(MODEL_ALIAS,)) as local, FakeOllama() as ollama:
+        embedded = StubEmbedded(local.url + "/v1")
+        down = closed_port_url()
+        backend = FallbackBackend(OllamaBackend([down]), embedded,  # type: ignore[arg-type]
+                                  retry_primary_s=0.5)
+        assert backend.name == "ollama" and backend.model_for(MODEL) == MODEL
+        chunks = await collect(backend, request())
+        notices = [c.text for c in chunks if isinstance(c, Notice)]
+        assert len(notices) == 1 and MODEL_ALIAS in notices[0] and "installed first" in notices[0]
+        assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == "small model here"
+        assert backend.name == "embedded" and backend.model_for(MODEL) == MODEL_ALIAS
+        assert await backend.context_window(MODEL) == 8192
+        chunks = await collect(backend, request())  # while embedded: no new notice
+        assert not [c for c in chunks if isinstance(c, Notice)]
+        assert local.model.requests[0]["model"] == MODEL_ALIAS
+        assert local.model.requests[0]["max_tokens"] == 512
+        # the primary comes back: after retry_primary_s it is used again
+        backend.primary = OllamaBackend([ollama.url])
+        ollama.model.add(Reply(content="ollama again"))
+        time.sleep(0.6)
+        chunks = await collect(backend, request())
+        assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == "ollama again"
+        assert backend.name == "ollama"
+        await backend.close()
+    assert embedded.ensured == 2
+
+
+async def test_fallback_does_not_hide_a_model_error() -> None:
+    from runtime.agent.llm import FallbackBackend
+
+    with FakeOllama([Reply(status=400, error="bad request")]) as ollama:
+        embedded = StubEmbedded("http://127.0.0.1:9/v1")
+        backend = FallbackBackend(OllamaBackend([ollama.url]), embedded)  # type: ignore[arg-type]
+        with pytest.raises(LLMError, match="bad request"):
+            await collect(backend, request())
+        await backend.close()
+    assert embedded.ensured == 0

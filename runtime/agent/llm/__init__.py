@@ -1,12 +1,15 @@
 """Model backends behind one interface (`LLMBackend`), and the choice between them.
 
 `build_backend(settings)`: an OpenAI-compatible server when `NAVI_OPENAI_BASE_URL` is set,
-otherwise Ollama on the hosts of `NAVI_OLLAMA_HOST` (default `http://127.0.0.1:11434`).
-Nothing connects until the first request.
+otherwise Ollama on the hosts of `NAVI_OLLAMA_HOST` (default `http://127.0.0.1:11434`);
+with `NAVI_EMBEDDED_MODEL=auto` (the default) the embedded model takes over when that does
+not answer (`FallbackBackend`). Nothing connects until the first request.
 """
 
 from __future__ import annotations
 
+from runtime.agent.llm.embedded import EmbeddedServer
+from runtime.agent.llm.fallback import FallbackBackend
 from runtime.agent.llm.hosts import HostPool, parse_hosts
 from runtime.agent.llm.ollama import OllamaBackend
 from runtime.agent.llm.openai import OpenAIBackend
@@ -17,6 +20,7 @@ from runtime.agent.llm.types import (
     Done,
     ImageInput,
     LLMBackend,
+    Notice,
     TextDelta,
     ThinkingDelta,
     ToolCallChunk,
@@ -26,15 +30,24 @@ from runtime.agent.llm.types import (
 from runtime.config import Settings
 
 __all__ = [
-    "ChatMessage", "ChatRequest", "Chunk", "Done", "HostPool", "ImageInput", "LLMBackend",
-    "OllamaBackend", "OpenAIBackend", "TextDelta", "ThinkingDelta", "ToolCallChunk",
-    "ToolCallRequest", "Usage", "build_backend", "parse_hosts",
+    "ChatMessage", "ChatRequest", "Chunk", "Done", "EmbeddedServer", "FallbackBackend",
+    "HostPool", "ImageInput", "LLMBackend", "Notice", "OllamaBackend", "OpenAIBackend",
+    "TextDelta", "ThinkingDelta", "ToolCallChunk", "ToolCallRequest", "Usage",
+    "build_backend", "parse_hosts",
 ]
 
 
 def build_backend(settings: Settings) -> LLMBackend:
+    primary: LLMBackend
     if settings.openai_base_url:
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        return OpenAIBackend(settings.openai_base_url, key, timeout_s=settings.llm_timeout_s)
-    return OllamaBackend(parse_hosts(settings.ollama_host), timeout_s=settings.llm_timeout_s,
-                         blacklist_s=settings.ollama_blacklist_s)
+        primary = OpenAIBackend(settings.openai_base_url, key, timeout_s=settings.llm_timeout_s)
+    else:
+        primary = OllamaBackend(parse_hosts(settings.ollama_host),
+                                timeout_s=settings.llm_timeout_s,
+                                blacklist_s=settings.ollama_blacklist_s)
+    if settings.embedded_model == "off":
+        return primary
+    directory = settings.embedded_dir or settings.data_dir / "embedded"
+    return FallbackBackend(primary, EmbeddedServer(directory.resolve()),
+                           timeout_s=settings.llm_timeout_s)

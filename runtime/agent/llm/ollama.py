@@ -135,6 +135,8 @@ class OllamaBackend:
             options["temperature"] = request.temperature
         if request.num_ctx:
             options["num_ctx"] = request.num_ctx
+        if request.max_tokens:
+            options["num_predict"] = request.max_tokens
         try:
             stream = await self._client(host).chat(
                 model=request.model, messages=to_ollama_messages(request.messages),

@@ -123,6 +123,8 @@ class OpenAIBackend:
             body["tools"] = to_openai_tools(request.tools)
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.max_tokens:
+            body["max_tokens"] = request.max_tokens
         return body
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:

@@ -2,9 +2,10 @@
 
 A backend turns a `ChatRequest` (neutral messages + tool schemas) into a stream of chunks:
 `ThinkingDelta`, `TextDelta`, `ToolCallChunk` (one per complete call), then exactly one
-`Done` with the usage. Everything a backend yields came from a model: it is untrusted text,
-so backends bound what they accumulate and never interpret it beyond JSON parsing of tool
-arguments (a call whose arguments do not parse arrives with `error` set, not as a crash).
+`Done` with the usage (and, from the runtime itself, `Notice`s about how it is served).
+Everything a backend yields came from a model: it is untrusted text, so backends bound what
+they accumulate and never interpret it beyond JSON parsing of tool arguments (a call whose
+arguments do not parse arrives with `error` set, not as a crash).
 
 Failures: `LLMUnavailable` when no server answered (connection refused, timeouts, 5xx on
 every host), `LLMError` when a server answered with something unusable.
@@ -57,6 +58,7 @@ class ChatRequest(BaseModel):
     temperature: float | None = None
     think: bool | None = None
     num_ctx: int | None = None
+    max_tokens: int | None = Field(None, description="cap on the answer's length in tokens")
 
 
 class Usage(BaseModel):
@@ -90,7 +92,14 @@ class Done:
     served_by: str | None = None
 
 
-Chunk = ThinkingDelta | TextDelta | ToolCallChunk | Done
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know about how the answer is served (not model output)."""
+
+    text: str
+
+
+Chunk = ThinkingDelta | TextDelta | ToolCallChunk | Done | Notice
 
 
 class LLMBackend(Protocol):
