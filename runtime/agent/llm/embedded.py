@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -104,6 +105,9 @@ class EmbeddedServer:
             raise LLMUnavailable(f"embedded model: `{step}` failed; see {log_file}")
 
     async def _install(self) -> None:
+        if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
+            raise LLMUnavailable("the embedded model needs a C++ compiler to build llama.cpp "
+                                 "once: apt-get install g++ (or set NAVI_OLLAMA_HOST)")
         self.directory.mkdir(parents=True, exist_ok=True)
         log_file = self.directory / "install.log"
         log.warning("embedded_model_installing", directory=str(self.directory),
