@@ -195,9 +195,12 @@ def do_compile(request: dict) -> None:
         fh.write(code)
     publish(tmp_scad, source)
     start = time.monotonic()
+    # Run where the model is: OpenSCAD names files relative to the working directory in
+    # some messages and relative to the main file in others; this way both agree.
+    folder, _, filename = source.rpartition("/")
     status = run_openscad(
-        ["openscad", "-o", tmp_stl, "--export-format", "binstl", source],
-        cwd=WORKSPACE, max_output_bytes=limit,
+        ["openscad", "-o", tmp_stl, "--export-format", "binstl", filename],
+        cwd=os.path.join(WORKSPACE, folder), max_output_bytes=limit,
     )
     compile_ms = int((time.monotonic() - start) * 1000)
     made = os.path.exists(tmp_stl)
