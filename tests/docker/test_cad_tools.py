@@ -142,7 +142,7 @@ async def test_cube_with_spherical_hole_is_watertight_with_the_right_volume(cad:
     elapsed = time.monotonic() - started
     assert r.success, (r.error, r.output, r.metadata.get("stderr"))
     mesh = r.metadata["mesh"]
-    assert mesh["watertight"] and mesh["winding_consistent"]
+    assert r.metadata["exit_code"] == 0 and mesh["watertight"] and mesh["winding_consistent"]
     ideal = 20**3 - 4 / 3 * math.pi * 8**3  # 5855.3; the 64-gon sphere is a little smaller
     assert ideal < mesh["volume"] < ideal * 1.01, mesh
     assert mesh["bbox_min"] == [-10, -10, -10] and mesh["bbox_max"] == [10, 10, 10]
@@ -163,6 +163,7 @@ async def test_lint_gives_line_numbered_errors_and_writes_nothing(cad: CadRig) -
     bad = "cube(10);\nsphere(5\ncube(2);\n"
     r = await cad.call("scad_lint", {"code": bad})
     assert not r.success and r.metadata["errors"] == 1
+    assert r.metadata["exit_code"] == 1 and not r.metadata["ok"]  # the exec result agrees
     [diag] = [d for d in r.metadata["diagnostics"] if d["severity"] == "error"]
     assert diag["line"] == 3 and diag["file"] is None and "syntax error" in diag["message"]
     assert r.error == "1 error; first: line 3: error: Parser error: syntax error"
@@ -170,6 +171,7 @@ async def test_lint_gives_line_numbered_errors_and_writes_nothing(cad: CadRig) -
     warn = "cube(10);\ntranslate([x, 0, 0]) cube(2);\nfoo();\necho(\"hi\", 1 + 1);\n"
     r = await cad.call("scad_lint", {"code": warn})
     assert r.success, r.error
+    assert r.metadata["exit_code"] == 0 and r.metadata["ok"]
     lines = {(d["severity"], d["line"]) for d in r.metadata["diagnostics"]}
     assert {("warning", 2), ("warning", 3)} <= lines
     assert "line 2: warning: Ignoring unknown variable 'x'" in r.output
@@ -181,7 +183,7 @@ async def test_lint_gives_line_numbered_errors_and_writes_nothing(cad: CadRig) -
 async def test_compile_error_keeps_the_source_and_reports_the_line(cad: CadRig) -> None:
     r = await cad.call("model_3d", {"name": "broken.scad",
                                     "code": "cube(1);\nassert(1 == 2, \"nope\");\n"})
-    assert not r.success
+    assert not r.success and r.metadata["exit_code"] == 1
     assert any(d["severity"] == "error" and d["line"] == 2 for d in r.metadata["diagnostics"])
     assert [e.path for e in cad.ws.list("models")] == ["models/broken.scad"]
     flat = await cad.call("model_3d", {"name": "flat", "code": "square(5);"})

@@ -129,7 +129,8 @@ class Model3DTool(BuiltinTool):
         meta = {**exec_metadata(outcome), **extra, "compile_ms": reply.field("compile_ms")}
         if not reply.ok:
             error = reply.error or "compilation failed"
-            return ToolResult.fail(error, output=f"{scad} saved; no STL.\n{report}", **meta)
+            return ToolResult.fail(error, output=f"{scad} saved; no STL: {error}\n{report}",
+                                   **meta)
         mesh = MeshStats.model_validate(reply.field("stats"))
         stl_bytes = int(reply.field("stl_bytes", 0))
         text = describe_mesh(stl, stl_bytes, int(reply.field("compile_ms", 0)), mesh)

@@ -2,7 +2,9 @@
 
 One call = one fresh container through the Executor: the request is JSON on stdin, the reply
 one JSON line on stdout (the helper lets nothing else write there), OpenSCAD's log arrives
-on stderr (streamed live to `ctx.on_output`). `run_cad` returns the outcome and the parsed
+on stderr (streamed live to `ctx.on_output`). The helper exits 0 when the model was built,
+linted clean or drawn and 1 when it failed, so the exec result's `ok` (exit code 0) means
+the same as the tool's `success`. `run_cad` returns the outcome and the parsed
 reply; `failure` turns an outcome without a usable reply into the tool's answer:
 timed out, out of memory, or the helper ended without replying. A helper that cannot
 confine itself (no Landlock) is the sandbox being broken, not the model failing: that is a

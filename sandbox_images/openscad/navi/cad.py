@@ -16,7 +16,8 @@ Requests (paths are workspace-relative, chosen and validated by the supervisor):
     {"op": "render", "path": "models/a.stl", "views": ["isometric"], "outputs": ["renders/…"],
      "width": 800, "height": 800, "max_input_bytes": n, "max_faces": n}
 Reply: {"ok": true, ...} or {"ok": false, "error": "..."}.
-Exit codes: 0 a reply was written, 2 bad request, 3 confinement unavailable (fail closed).
+Exit codes: 0 done (model built, lint clean, views drawn), 1 the model failed (the reply
+says why), 2 bad request, 3 confinement unavailable (fail closed). A reply is always written.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import landlock  # noqa: E402
 WORKSPACE = "/workspace"
 LINT_DIR = "/tmp/navi-lint"
 OPENSCADPATH = "/workspace/models:/workspace"
+EXIT_OK, EXIT_FAILED, EXIT_BAD_REQUEST, EXIT_NO_CONFINEMENT = 0, 1, 2, 3
 REL_PATH = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9_./ -]{1,512}$")
 
 SYSTEM_READ = (
@@ -64,9 +66,11 @@ class RequestError(ValueError):
     """The supervisor sent something this program does not accept."""
 
 
-def reply(**fields: object) -> None:
+def reply(**fields: object) -> int:
+    """Write the one reply line; the exit code to end with: 0 done, 1 the model failed."""
     sys.stdout.write(json.dumps(fields, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+    return EXIT_OK if fields.get("ok") else EXIT_FAILED
 
 
 def rel_path(value: object, suffix: str) -> str:
@@ -140,8 +144,9 @@ def publish(tmp_path: str, rel: str) -> int:
     return size
 
 
-def run_openscad(argv: list[str], *, cwd: str, max_output_bytes: int) -> int:
-    """Run OpenSCAD, its stdout and stderr passed on to our stderr line by line."""
+def run_openscad(argv: list[str], *, cwd: str, max_output_bytes: int) -> tuple[int, int]:
+    """Run OpenSCAD, its stdout and stderr passed on to our stderr line by line; returns its
+    exit status and the number of ERROR lines it printed."""
 
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_output_bytes, max_output_bytes))
@@ -153,10 +158,12 @@ def run_openscad(argv: list[str], *, cwd: str, max_output_bytes: int) -> int:
                             preexec_fn=limits)
     assert proc.stdout is not None
     err = sys.stderr.buffer
+    errors = 0
     for line in proc.stdout:
+        errors += line.startswith((b"ERROR:", b"EXPORT-ERROR:"))
         err.write(line)
         err.flush()
-    return proc.wait()
+    return proc.wait(), errors
 
 
 def mesh_stats(path: str) -> dict:
@@ -185,7 +192,7 @@ def source_code(request: dict) -> str:
     return code
 
 
-def do_compile(request: dict) -> None:
+def do_compile(request: dict) -> int:
     code = source_code(request)
     source = rel_path(request.get("source"), ".scad")
     output = rel_path(request.get("output"), ".stl")
@@ -198,7 +205,7 @@ def do_compile(request: dict) -> None:
     # Run where the model is: OpenSCAD names files relative to the working directory in
     # some messages and relative to the main file in others; this way both agree.
     folder, _, filename = source.rpartition("/")
-    status = run_openscad(
+    status, _ = run_openscad(
         ["openscad", "-o", tmp_stl, "--export-format", "binstl", filename],
         cwd=os.path.join(WORKSPACE, folder), max_output_bytes=limit,
     )
@@ -217,23 +224,26 @@ def do_compile(request: dict) -> None:
     start = time.monotonic()
     stats = mesh_stats(tmp_stl)
     size = publish(tmp_stl, output)
-    reply(ok=True, stats=stats, stl_bytes=size, compile_ms=compile_ms,
-          analyse_ms=int((time.monotonic() - start) * 1000))
+    return reply(ok=True, stats=stats, stl_bytes=size, compile_ms=compile_ms,
+                 analyse_ms=int((time.monotonic() - start) * 1000))
 
 
-def do_lint(request: dict) -> None:
+def do_lint(request: dict) -> int:
     code = source_code(request)
     os.makedirs(LINT_DIR, exist_ok=True)
     with open(f"{LINT_DIR}/input.scad", "w", encoding="utf-8") as fh:
         fh.write(code)
     start = time.monotonic()
     # .csg export evaluates the whole program (warnings, assertions, echo) without CGAL.
-    exit_code = run_openscad(["openscad", "-o", f"{LINT_DIR}/out.csg", "input.scad"],
-                             cwd=LINT_DIR, max_output_bytes=16 << 20)
-    reply(ok=True, openscad_exit=exit_code, lint_ms=int((time.monotonic() - start) * 1000))
+    status, errors = run_openscad(["openscad", "-o", f"{LINT_DIR}/out.csg", "input.scad"],
+                                  cwd=LINT_DIR, max_output_bytes=16 << 20)
+    lint_ms = int((time.monotonic() - start) * 1000)
+    clean = status == 0 and errors == 0
+    reply(ok=True, clean=clean, errors=errors, openscad_exit=status, lint_ms=lint_ms)
+    return EXIT_OK if clean else EXIT_FAILED
 
 
-def do_render(request: dict) -> None:
+def do_render(request: dict) -> int:
     import render
 
     path = rel_path(request.get("path"), ".stl")
@@ -263,8 +273,8 @@ def do_render(request: dict) -> None:
         tmp_png = f"/tmp/navi-{view}.png"
         render.render_view(mesh, view, tmp_png, width, height)
         done.append({"view": view, "path": out, "bytes": publish(tmp_png, out)})
-    reply(ok=True, views=done, triangles=int(len(mesh.faces)),
-          render_ms=int((time.monotonic() - start) * 1000))
+    return reply(ok=True, views=done, triangles=int(len(mesh.faces)),
+                 render_ms=int((time.monotonic() - start) * 1000))
 
 
 OPS = {"compile": do_compile, "lint": do_lint, "render": do_render}
@@ -277,21 +287,20 @@ def main() -> int:
             raise RequestError("the request must be a JSON object with a known op")
     except (ValueError, RequestError) as exc:
         reply(ok=False, error=f"bad request: {exc}")
-        return 2
+        return EXIT_BAD_REQUEST
     try:
         landlock.restrict(RULES)
     except (landlock.LandlockUnavailable, OSError) as exc:
         reply(ok=False, error=f"file confinement unavailable: {exc}", confinement=False)
-        return 3
+        return EXIT_NO_CONFINEMENT
     try:
-        OPS[request["op"]](request)
+        return OPS[request["op"]](request)
     except RequestError as exc:
         reply(ok=False, error=f"bad request: {exc}")
-        return 2
+        return EXIT_BAD_REQUEST
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
-        reply(ok=False, error=f"{exc.strerror or type(exc).__name__}{where}")
-    return 0
+        return reply(ok=False, error=f"{exc.strerror or type(exc).__name__}{where}")
 
 
 if __name__ == "__main__":
