@@ -66,5 +66,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import aiosqlite
 
     for obj in gc.get_objects():
-        if isinstance(obj, aiosqlite.Connection) and obj._running:  # noqa: SLF001
-            obj.stop()
+        try:
+            if type(obj) is aiosqlite.Connection and obj._running:  # noqa: SLF001
+                obj.stop()
+        except ReferenceError:  # a dead weak proxy
+            continue

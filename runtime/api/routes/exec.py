@@ -42,12 +42,13 @@ def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
               and not fields.get("oom_killed"))
         meta.pop("exec_id", None)
         return ExecOut(ok=ok, exec_id=exec_id, output=result.output or None, metadata=meta,
+                       error=result.error,
                        **{"stdout": "", "stderr": "", "timed_out": False, "oom_killed": False,
                           "truncated": False, "duration_ms": 0, "audit_seq": None, **fields})
     return ExecOut(ok=result.success, exit_code=None, stdout=result.output,
                    stderr=result.error or "", timed_out=False, oom_killed=False, truncated=False,
                    duration_ms=0, exec_id=exec_id, audit_seq=None, output=result.output,
-                   metadata=meta)
+                   error=result.error, metadata=meta)
 
 
 async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:
@@ -83,7 +84,7 @@ async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: st
     services.metrics.executions.labels(body.tool, outcome).inc()
     services.metrics.duration.labels(body.tool).observe(out.duration_ms / 1000)
     bus.publish("tool_result", tool=body.tool, success=out.ok, output=result.output,
-                error=result.error, **out.model_dump(exclude={"output", "metadata"}))
+                **out.model_dump(exclude={"output", "metadata"}))
     return out
 
 
