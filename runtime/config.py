@@ -23,7 +23,8 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `navi serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="Port `navi serve` listens on.")
     admin_token: SecretStr | None = Field(
-        None, description="Bootstrap admin bearer token, created at first start."
+        None, description="Bootstrap admin bearer token (16+ characters); unset: one is made "
+        "once into `<data_dir>/admin-token`."
     )
     ollama_host: str | None = Field(
         None, description="Comma-separated Ollama hosts, tried in order (failover)."
@@ -50,7 +51,7 @@ class Settings(BaseSettings):
         300.0, gt=0, description="Seconds a policy `ask` waits for a human before it is denied."
     )
     log_format: Literal["console", "json"] = Field("console", description="Log renderer.")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
     image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")
     sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
