@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
+    warm_pool_size: int = Field(
+        1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
+    warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")
+    warm_per_tenant: int = Field(8, ge=0, description="Warm containers one tenant may hold.")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
                      "persona", mode="before")

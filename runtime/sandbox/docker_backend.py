@@ -47,7 +47,13 @@ from runtime.sandbox.instance import load_instance_id
 from runtime.sandbox.models import ExecRequest, ExecResult, MiB, OutputChunk
 from runtime.sandbox.reaper import Reaper
 from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH, load_profile
-from runtime.sandbox.spec import ContainerSpec, build_spec
+from runtime.sandbox.spec import (
+    ContainerSpec,
+    build_spec,
+)
+from runtime.sandbox.warm_launch import WarmLaunchMixin
+from runtime.sandbox.warm_pool import WarmPool, WarmPoolConfig, warm_key
+from runtime.sandbox.warm_runner import job_frame
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -69,6 +75,9 @@ class DockerBackendConfig(BaseModel):
     harden_workspaces_root: bool = True
     kill_grace_s: float = Field(5.0, gt=0, description="wait for the stream after a kill")
     max_threads: int = Field(32, ge=4)
+    warm: WarmPoolConfig = Field(
+        default_factory=WarmPoolConfig, description="warm containers (size 0: every call cold)"
+    )
 
     @property
     def artifacts_dir(self) -> Path:
@@ -81,11 +90,16 @@ class DockerBackendConfig(BaseModel):
             "workspaces_root": settings.workspaces_dir.resolve(),
             "sandbox_uid": settings.sandbox_uid,
             "lease_grace_s": settings.lease_grace_s,
+            "warm": WarmPoolConfig(
+                size=settings.warm_pool_size,
+                idle_s=settings.warm_idle_s,
+                per_tenant=settings.warm_per_tenant,
+            ),
         }
         return cls(**{**values, **overrides})
 
 
-class DockerBackend:
+class DockerBackend(WarmLaunchMixin):
     """``SandboxBackend`` on a Docker engine. ``await start()`` (or the first ``run``) connects."""
 
     def __init__(self, config: DockerBackendConfig) -> None:
@@ -97,10 +111,15 @@ class DockerBackend:
         self._start_lock = asyncio.Lock()
         self._running: dict[str, str] = {}
         self.workspaces_root_state: HardenState | None = None
+        self.warm = self._new_pool()
+        self._removals: set[asyncio.Future[None]] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackend:
         return cls(DockerBackendConfig.from_settings(settings, **overrides))
+
+    def _new_pool(self) -> WarmPool:
+        return WarmPool(self.config.warm, self._launch_warm, self._discard_warm)
 
     def _new_executor(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(self.config.max_threads, thread_name_prefix="navi-docker")
@@ -156,7 +175,11 @@ class DockerBackend:
         return Reaper(self.api, self.instance_id, self._executor)
 
     async def close(self) -> None:
-        """Kill what still runs, let those calls remove their containers, disconnect."""
+        """Remove warm containers, kill what still runs (its call removes it), disconnect."""
+        await self.warm.close()
+        self.warm = self._new_pool()
+        if self._removals:
+            await asyncio.wait(list(self._removals))
         for exec_id in list(self._running):
             await self.kill(exec_id)
         patience = time.monotonic() + self.config.kill_grace_s + 5
@@ -249,16 +272,9 @@ class DockerBackend:
                 state = self.api.inspect_container(container)["State"]
         return dict(state)
 
-    async def run(
-        self, request: ExecRequest, on_output: OutputCallback | None = None
-    ) -> ExecResult:
-        await self.start()
-        started = time.monotonic()
-        deadline = started + request.limits.timeout_s
-        bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
-        image_id = await self._call(self._image_id, request.image)
+    def _spec(self, request: ExecRequest, image_id: str) -> ContainerSpec:
         lease_until = int(time.time() + request.limits.timeout_s + self.config.lease_grace_s) + 1
-        spec = build_spec(
+        return build_spec(
             request,
             image_id=image_id,
             seccomp_profile=self._seccomp,
@@ -267,18 +283,47 @@ class DockerBackend:
             lease_until=lease_until,
             workspaces_root=self.config.workspaces_root,
         )
+
+    async def run(
+        self, request: ExecRequest, on_output: OutputCallback | None = None
+    ) -> ExecResult:
+        await self.start()
+        started = time.monotonic()
+        deadline = started + request.limits.timeout_s
+        bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
+        image_id = await self._call(self._image_id, request.image)
+        spec = self._spec(request, image_id)
         self._prepare_workspace(request.workspace)
-        container = await self._acquire(self._remove, self._create, spec)
+        key = f"{warm_key(spec)}:{request.limits.timeout_s}" if self.warm.enabled else None
+        warm = await self.warm.take(key) if key is not None else None
+        if warm is not None:
+            container, attached = warm.id, warm.attached
+        else:
+            container, attached = await self._acquire(self._remove, self._create, spec), None
         self._running[request.exec_id] = container
         try:
-            result = await self._drive(container, request, image_id, started, deadline, on_output)
-        finally:
+            result = await self._drive(
+                container, request, image_id, started, deadline, on_output, attached
+            )
+        except BaseException:
             try:
                 await asyncio.shield(self._call(self._remove, container))
             finally:
                 self._running.pop(request.exec_id, None)
+            raise
+        self._running.pop(request.exec_id, None)
+        if warm is None:
+            await asyncio.shield(self._call(self._remove, container))
+        else:  # it has exited; remove it off the call's path (close() waits for that)
+            removal = asyncio.ensure_future(self._call(self._remove, container))
+            self._removals.add(removal)
+            removal.add_done_callback(self._removals.discard)
+        if key is not None:  # the next container for this session, off the call's path
+            warm_spec = self._warm_spec(spec, request)
+            self.warm.replenish(key, warm_spec, request.session, request.tenant)
         bound.info(
             "exec_finished",
+            warm=warm is not None,
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             oom_killed=result.oom_killed,
@@ -286,6 +331,10 @@ class DockerBackend:
             duration_ms=result.duration_ms,
         )
         return result
+
+    async def release_session(self, session: str) -> None:
+        """Remove the session's warm containers (its calls still running are not touched)."""
+        await self.warm.release_session(session)
 
     async def _drive(
         self,
@@ -295,12 +344,19 @@ class DockerBackend:
         started: float,
         deadline: float,
         on_output: OutputCallback | None,
+        attached: Any = None,
     ) -> ExecResult:
-        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
-        with map_docker_errors("attach to the sandbox container"):
-            attached = await self._acquire(
-                attach.shutdown, self.api.attach_socket, container, params
-            )
+        """Stream one call to its end; ``attached``: a warm container, started and waiting."""
+        stdin = request.stdin
+        if attached is None:
+            params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "logs": 0}
+            with map_docker_errors("attach to the sandbox container"):
+                attached = await self._acquire(
+                    attach.shutdown, self.api.attach_socket, container, params
+                )
+            cold = True
+        else:
+            stdin, cold = job_frame(request.argv) + stdin, False
         sock = attach.raw_socket(attached)
         base = self.config.artifacts_dir / request.session / request.exec_id
         captures = {
@@ -326,12 +382,13 @@ class DockerBackend:
 
         timed_out = False
         try:
-            with map_docker_errors("start the sandbox container"):
-                await self._call(self.api.start, container)
+            if cold:
+                with map_docker_errors("start the sandbox container"):
+                    await self._call(self.api.start, container)
             pump = attach.in_thread(
                 attach.pump_output, sock, captures, emit if on_output else None, name="navi-out"
             )
-            attach.in_thread(attach.feed_stdin, sock, request.stdin, name="navi-in")
+            attach.in_thread(attach.feed_stdin, sock, stdin, name="navi-in")
             done, _ = await asyncio.wait({pump}, timeout=max(0.0, deadline - time.monotonic()))
             if not done:
                 timed_out = True
