@@ -1,5 +1,8 @@
 """One adversarial ``test_cant_*`` per isolation promise of DESIGN "The sandbox".
 
+Every probe runs twice: in a cold container and in a warm one (``warm_pool.py``: created
+and started ahead of the call, the job handed to its runner), which must be confined alike.
+
 Each runs hostile code in a real container made by ``DockerBackend`` and asserts the attempt
 fails for the reason the protection gives (EROFS, not just EACCES; EPERM from seccomp, not
 EFAULT from a reachable syscall). Each was shown to go red with its protection switched off
@@ -21,10 +24,41 @@ import docker
 import pytest
 
 from runtime.errors import InvalidInput
-from runtime.sandbox.models import Limits, Mount
+from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.models import ExecResult, Limits, Mount
+from runtime.sandbox.warm_pool import WarmPoolConfig
 from tests.docker.sandbox_fixtures import RunFn, py
+from tests.docker.warm_fixtures import wait_ready
 
 pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(params=["cold", "warm"])
+def backend_config(
+    request: pytest.FixtureRequest, backend_config: DockerBackendConfig
+) -> DockerBackendConfig:
+    if request.param == "warm":
+        return backend_config.model_copy(update={"warm": WarmPoolConfig(size=1)})
+    return backend_config
+
+
+@pytest.fixture
+def run(run: RunFn, backend: DockerBackend, workspace: Path) -> RunFn:
+    """Cold: as is. Warm: a first call of the same class makes the pool launch a container;
+    the probe then runs in it (asserted, so a probe can never silently run cold)."""
+    if not backend.warm.enabled:
+        return run
+
+    async def warm_run(argv: list[str], **fields: Any) -> ExecResult:
+        prime = {k: v for k, v in fields.items() if k not in ("exec_id", "stdin", "on_output")}
+        await run(["true"], **prime)
+        await wait_ready(backend, fields.get("session", workspace.name))
+        served = backend.warm.stats["taken"]
+        result = await run(argv, **fields)
+        assert backend.warm.stats["taken"] == served + 1, "the probe did not run warm"
+        return result
+
+    return warm_run
 
 LIBC = "import ctypes, os, json; libc = ctypes.CDLL(None, use_errno=True)\n"
 

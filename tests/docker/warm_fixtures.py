@@ -1,0 +1,17 @@
+"""Helpers for tests of warm containers (shared by tests/docker and tests/security)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from runtime.sandbox.docker_backend import DockerBackend
+
+
+async def wait_ready(backend: DockerBackend, session: str, count: int = 1) -> None:
+    """Until the pool holds ``count`` ready containers for ``session`` (at most 20 s)."""
+    deadline = time.monotonic() + 20
+    while backend.warm.ready_count(session) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no warm container became ready: {dict(backend.warm.stats)}")
+        await asyncio.sleep(0.02)
