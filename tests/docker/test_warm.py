@@ -1,0 +1,221 @@
+"""Warm containers (``warm_pool.py``): single-use, same results as cold, always removed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.models import Limits, OutputChunk
+from runtime.sandbox.spec import LABEL_LEASE
+from runtime.sandbox.warm_pool import WarmPoolConfig
+from tests.docker.sandbox_fixtures import RunFn, py, sweep
+from tests.docker.warm_fixtures import wait_ready
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def backend_config(backend_config: DockerBackendConfig) -> DockerBackendConfig:
+    return backend_config.model_copy(update={"warm": WarmPoolConfig(size=1, idle_s=30)})
+
+
+def session_containers(api: docker.APIClient, session: str) -> list[dict]:
+    return api.containers(all=True, filters={"label": f"navi.session={session}"})
+
+
+async def gone(api: docker.APIClient, container: str, within_s: float = 5) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not api.containers(all=True, filters={"id": container}):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def ready_ids(backend: DockerBackend) -> list[str]:
+    return [c.id for queue in backend.warm._ready.values() for c in queue]
+
+
+async def test_a_warm_container_serves_exactly_one_call(
+    backend: DockerBackend, run: RunFn, workspace: Path, docker_api: docker.APIClient
+) -> None:
+    session = workspace.name
+    code = (
+        "import os, json, socket\n"
+        "seen = os.path.exists('/tmp/marker')\n"
+        "open('/tmp/marker', 'w').write('x')\n"
+        "print(json.dumps([seen, socket.gethostname(), os.getpid()]))"
+    )
+    await run(py(code))  # cold; the pool then launches one for this class
+    containers = []
+    for _ in range(3):
+        await wait_ready(backend, session)
+        containers.append(ready_ids(backend)[0])
+        taken = backend.warm.stats["taken"]
+        result = await run(py(code))
+        assert backend.warm.stats["taken"] == taken + 1, "the call did not run warm"
+        seen, _, _ = json.loads(result.stdout)
+        assert seen is False, "a file from an earlier call was visible"
+        assert await gone(docker_api, containers[-1]), "a used warm container was not removed"
+    assert len(set(containers)) == 3
+
+
+async def test_warm_results_are_classified_like_cold(
+    backend: DockerBackend, run: RunFn, workspace: Path
+) -> None:
+    limits = Limits(timeout_s=2, memory_mb=64)
+    cases = [
+        (py("import sys; print(sys.stdin.read().upper()); sys.exit(3)"), b"hello"),
+        (["sleep", "30"], b""),
+        (py("b = bytearray(512 * 1024 * 1024)"), b""),
+        (["/no/such/program"], b""),
+    ]
+    results = []
+    for argv, stdin in cases:
+        await run(["true"], limits=limits)
+        await wait_ready(backend, workspace.name)
+        taken = backend.warm.stats["taken"]
+        chunks: list[OutputChunk] = []
+
+        async def collect(chunk: OutputChunk, chunks: list[OutputChunk] = chunks) -> None:
+            chunks.append(chunk)
+
+        results.append(await run(argv, stdin=stdin, limits=limits, on_output=collect))
+        assert backend.warm.stats["taken"] == taken + 1
+        if argv[0] == "python3" and stdin:
+            assert b"".join(c.data for c in chunks if c.stream == "stdout") == b"HELLO\n"
+    exited, slept, hog, missing = results
+    assert (exited.exit_code, exited.stdout, exited.timed_out) == (3, b"HELLO\n", False)
+    assert slept.timed_out and not slept.ok and slept.duration_ms < 5000
+    assert hog.oom_killed and not hog.ok
+    assert missing.exit_code == 127 and b"/no/such/program" in missing.stderr
+    assert all(r.image_digest and r.image_digest.startswith("sha256:") for r in results)
+
+
+async def test_release_session_and_close_remove_warm_containers(
+    backend: DockerBackend, run: RunFn, workspace: Path, docker_api: docker.APIClient
+) -> None:
+    session = workspace.name
+    await run(["true"])
+    await wait_ready(backend, session)
+    assert len(session_containers(docker_api, session)) == 1
+    await backend.release_session(session)
+    assert session_containers(docker_api, session) == []
+    await run(["true"])  # the session is used again: a new one is launched, close removes it
+    await backend.close()
+    assert session_containers(docker_api, session) == []
+
+
+async def test_idle_warm_containers_expire(
+    backend_config: DockerBackendConfig, sandbox_image: str, docker_api: docker.APIClient,
+    test_instance_id: str,
+) -> None:
+    config = backend_config.model_copy(update={"warm": WarmPoolConfig(size=1, idle_s=0.5)})
+    backend = DockerBackend(config)
+    session = f"idle-{uuid.uuid4().hex[:8]}"
+    from runtime.sandbox.models import ExecRequest
+
+    try:
+        await backend.run(ExecRequest(image=sandbox_image, argv=["true"], exec_id="i1",
+                                      session=session))
+        await wait_ready(backend, session)
+        deadline = time.monotonic() + 10
+        while session_containers(docker_api, session) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert session_containers(docker_api, session) == []
+        assert backend.warm.stats["expired"] == 1
+    finally:
+        await backend.close()
+        sweep(docker_api, test_instance_id)
+
+
+async def test_tenant_cap_zero_means_cold(
+    backend_config: DockerBackendConfig, sandbox_image: str, docker_api: docker.APIClient,
+    test_instance_id: str,
+) -> None:
+    config = backend_config.model_copy(update={"warm": WarmPoolConfig(size=2, per_tenant=0)})
+    backend = DockerBackend(config)
+    from runtime.sandbox.models import ExecRequest
+
+    try:
+        for i in range(2):
+            await backend.run(ExecRequest(image=sandbox_image, argv=["true"], exec_id=f"c{i}",
+                                          session="capped"))
+        await asyncio.sleep(0.3)
+        assert backend.warm.stats["launched"] == 0 and backend.warm.stats["taken"] == 0
+        assert session_containers(docker_api, "capped") == []
+    finally:
+        await backend.close()
+        sweep(docker_api, test_instance_id)
+
+
+KILLED_SUPERVISOR = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+    from runtime.sandbox.models import ExecRequest
+    from runtime.sandbox.warm_pool import WarmPoolConfig
+
+    async def main():
+        data, image, instance = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+        backend = DockerBackend(DockerBackendConfig(
+            data_dir=data, workspaces_root=data / "workspaces", instance_id=instance,
+            harden_workspaces_root=False, warm=WarmPoolConfig(size=1, idle_s=60)))
+        await backend.run(ExecRequest(image=image, argv=["true"], exec_id="k1",
+                                      session="doomed"))
+        while backend.warm.ready_count("doomed") < 1:
+            await asyncio.sleep(0.02)
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_warm_containers_are_reaped_after_a_supervisor_kill_9(
+    backend: DockerBackend, sandbox_image: str, tmp_path: Path, docker_api: docker.APIClient,
+    test_instance_id: str,
+) -> None:
+    """The supervisor dies with a warm container ready: its lease label bounds it, and the
+    next supervisor's start-up reconcile (same instance) removes it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SUPERVISOR, str(tmp_path), sandbox_image,
+         test_instance_id],
+        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert child.stdout is not None
+
+    def until_ready() -> None:
+        assert child.stdout is not None
+        while (line := child.stdout.readline()) and line.strip() != b"ready":
+            pass
+        assert line, "the supervisor exited before its warm container was ready"
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(until_ready), 60)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    left = session_containers(docker_api, "doomed")
+    assert len(left) == 1, "the warm container should outlive a SIGKILLed supervisor"
+    lease = int(left[0]["Labels"][LABEL_LEASE])
+    assert time.time() < lease <= time.time() + 10 + 60 + 30 + 30 + 5  # ready+idle+call+grace
+    reaper = backend.reaper()
+    assert await reaper.reap_expired(now=time.time()) == []  # within its lease: kept
+    assert await reaper.reap_expired(now=lease + 1) == [left[0]["Id"]]
+    assert session_containers(docker_api, "doomed") == []
