@@ -41,8 +41,10 @@ def _playwright():  # noqa: ANN202 - the sync_api module
     return sync_api, None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """Per module: Playwright's sync API keeps an event loop running in this thread while
+    it lives, which would break every asyncio test that runs after the browser tests."""
     sync_api, problem = _playwright()
     if sync_api is None:
         if os.environ.get("CI") == "true":
