@@ -1,11 +1,22 @@
-"""Exec benchmark: our ``DockerBackend`` next to a naive ``docker run --rm``, same run, same host.
+"""Exec benchmark: every way a call can reach a container, all in one run on one host.
 
-Both run ``python3 -c 'print(1)'`` in the same image with the same hardening (network none,
-cap-drop ALL, no-new-privileges, project seccomp profile, uid 65534, read-only root, /tmp
-tmpfs, pids/memory/cpu limits, ulimits, --init, log driver none) and the same workspace
-bind mount. Sequential latency alternates the two (A, B, A, B, …) so drift on a shared
-machine hits both alike; throughput runs ``runs`` calls with ``concurrency`` in flight.
-Results go to ``bench/results/exec-<utc timestamp>.json``.
+Paths, each running ``python3 -c 'print(1)'`` in the same image with the same hardening
+(network none, cap-drop ALL, no-new-privileges, project seccomp profile, uid 65534,
+read-only root, /tmp tmpfs, pids/memory/cpu limits, ulimits, --init, log driver none) and
+the same workspace bind mount:
+
+- ``docker_run_rm``: a naive ``docker run --rm`` (CLI process per call);
+- ``cold``: ``DockerBackend`` with the warm pool off (create → attach → start → … → remove);
+- ``warm``: ``DockerBackend`` with a warm pool of 1 per session; before each call the bench
+  waits until the session's next container is ready (an interactive caller's think time),
+  then times the call alone;
+- ``warm_api``: ``POST /v1/sessions/{id}/exec`` (``code_exec``, python) on a real
+  ``navi serve`` on 127.0.0.1 (policy, audit intent + outcome fsync'd, HTTP), 0.5 s apart.
+
+Sequential latency interleaves naive, cold and warm (A, B, C, A, …) so drift on a shared
+machine hits them alike. Throughput: C clients (2, 4), each its own session, calling back to
+back. Memory: K idle warm containers, each measured from its memory cgroup and /proc.
+Results: ``bench/results/exec-<utc>.json`` and a latency chart ``exec-<utc>.png``.
 """
 
 from __future__ import annotations
@@ -25,14 +36,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.exec_api import api_latencies
+from bench.exec_memory import idle_memory
 from runtime.config import PROJECT_ROOT
 from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.models import ExecRequest, Limits
 from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH
+from runtime.sandbox.warm_pool import WarmPoolConfig
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 COMMAND = ["python3", "-c", "print(1)"]
 LIMITS = Limits()
+CONCURRENCY = (2, 4)
 
 
 def naive_argv(image: str, workspace: Path, instance_id: str) -> list[str]:
@@ -78,84 +93,145 @@ async def _timed(call: Callable[[], Awaitable[None]]) -> float:
     return time.perf_counter() - started
 
 
-async def _throughput(call: Callable[[], Awaitable[None]], runs: int, concurrency: int) -> float:
-    gate = asyncio.Semaphore(concurrency)
+async def _throughput(call: Callable[[int], Awaitable[None]], runs: int, clients: int) -> float:
+    """``clients`` loops (client ``i`` passes ``i``), ``runs`` calls in all, back to back."""
 
-    async def one() -> None:
-        async with gate:
-            await call()
+    async def client(index: int) -> None:
+        for _ in range(runs // clients):
+            await call(index)
 
     started = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(runs)))
-    return round(runs / (time.perf_counter() - started), 2)
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return round((runs // clients) * clients / (time.perf_counter() - started), 2)
 
 
-async def run_bench(image: str, runs: int, concurrency: int) -> dict[str, Any]:
-    data_dir = Path(tempfile.mkdtemp(prefix="navi-bench-"))
-    instance_id = f"navi-bench-{uuid.uuid4().hex[:12]}"
-    workspace = data_dir / "workspaces" / "bench"
-    workspace.mkdir(parents=True)
-    backend = DockerBackend(
-        DockerBackendConfig(
-            data_dir=data_dir, workspaces_root=data_dir / "workspaces", instance_id=instance_id
+class Paths:
+    """The three in-process paths, sharing one data dir and one instance label."""
+
+    def __init__(self, image: str) -> None:
+        self.image = image
+        self.data_dir = Path(tempfile.mkdtemp(prefix="navi-bench-"))
+        self.instance_id = f"navi-bench-{uuid.uuid4().hex[:12]}"
+        self.root = self.data_dir / "workspaces"
+        self.root.mkdir()
+        config = DockerBackendConfig(
+            data_dir=self.data_dir, workspaces_root=self.root, instance_id=self.instance_id
         )
-    )
-    naive = naive_argv(image, workspace, instance_id)
+        self.cold_backend = DockerBackend(config)
+        self.warm_backend = DockerBackend(
+            config.model_copy(update={"warm": WarmPoolConfig(size=1, idle_s=120)})
+        )
+        self.naive = naive_argv(image, self.workspace("naive"), self.instance_id)
 
-    async def ours() -> None:
+    def workspace(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(exist_ok=True)
+        return path
+
+    async def call(self, backend: DockerBackend, session: str) -> bool:
+        """One call; True when it ran in a warm container."""
+        before = backend.warm.stats["taken"] + backend.warm.stats["waited"]
         request = ExecRequest(
-            image=image,
-            argv=COMMAND,
-            exec_id=f"b-{uuid.uuid4().hex[:12]}",
-            session="bench",
-            workspace=workspace,
-            limits=LIMITS,
-        )
+            image=self.image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
+            session=session, workspace=self.workspace(session), limits=LIMITS,
+        )  # fmt: skip
         result = await backend.run(request)
         if result.stdout != b"1\n":
             raise RuntimeError(f"backend call failed: {result}")
+        return backend.warm.stats["taken"] + backend.warm.stats["waited"] > before
 
-    async def docker_run() -> None:
-        done = await asyncio.to_thread(subprocess.run, naive, capture_output=True, check=False)
+    async def docker_run(self) -> None:
+        done = await asyncio.to_thread(subprocess.run, self.naive, capture_output=True)
         if done.stdout != b"1\n":
             raise RuntimeError(f"docker run failed: {done.stderr.decode(errors='replace')}")
 
+    async def warm_ready(self, session: str, timeout_s: float = 10) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.warm_backend.warm.ready_count(session) < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> list[str]:
+        await self.cold_backend.close()
+        await self.warm_backend.close()
+        return []
+
+
+async def run_bench(image: str, runs: int, api: bool = True) -> dict[str, Any]:
+    paths = Paths(image)
+    lat: dict[str, list[float]] = {"docker_run_rm": [], "cold": [], "warm": []}
+    served_warm = 0
+    out: dict[str, Any] = {}
     try:
-        await backend.start()
-        await ours()  # warm-up: engine caches, the image, our client's connections
-        await docker_run()
-        lat_ours, lat_naive = [], []
+        await paths.cold_backend.start()
+        await paths.warm_backend.start()
+        await paths.call(paths.cold_backend, "cold")  # warm-up: engine caches, connections
+        await paths.call(paths.warm_backend, "warm")  # the first call of a session is cold
+        await paths.docker_run()
         for _ in range(runs):
-            lat_ours.append(await _timed(ours))
-            lat_naive.append(await _timed(docker_run))
-        tput_ours = await _throughput(ours, runs, concurrency)
-        tput_naive = await _throughput(docker_run, runs, concurrency)
-        leftovers = await backend.reaper().reconcile_startup()  # also sweeps the naive ones
+            lat["docker_run_rm"].append(await _timed(paths.docker_run))
+            lat["cold"].append(await _timed(lambda: paths.call(paths.cold_backend, "cold")))
+            await paths.warm_ready("warm")
+            started = time.perf_counter()
+            served_warm += await paths.call(paths.warm_backend, "warm")
+            lat["warm"].append(time.perf_counter() - started)
+        throughput: dict[str, dict[str, float]] = {}
+        for clients in CONCURRENCY:
+            throughput[f"{clients}_clients"] = {
+                "cold": await _throughput(
+                    lambda i: paths.call(paths.cold_backend, f"tc{i}"), runs, clients
+                ),
+                "warm": await _throughput(
+                    lambda i, c=clients: paths.call(paths.warm_backend, f"tw{c}-{i}"),
+                    runs, clients,
+                ),  # fmt: skip
+                "docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs, clients),
+            }
+        memory = await idle_memory(paths, count=4)
+        warm_stats = dict(paths.warm_backend.warm.stats)
     finally:
-        await backend.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
-    return {
-        "benchmark": "exec",
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "image": image,
-        "command": COMMAND,
-        "runs": runs,
-        "concurrency": concurrency,
-        "host": {
-            "cpus": os.cpu_count(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-        },
-        "backend": {
-            "latency": summarize(lat_ours),
-            "throughput_per_s": tput_ours,
-        },
-        "docker_run_rm": {
-            "latency": summarize(lat_naive),
-            "throughput_per_s": tput_naive,
-        },
-        "leftover_containers": len(leftovers),
-    }
+        await paths.close()
+        leftovers = await _sweep(paths)
+        shutil.rmtree(paths.data_dir, ignore_errors=True)
+    if api:
+        lat["warm_api"], out["api_warm_share"] = await api_latencies(runs)
+    out.update(
+        {
+            "benchmark": "exec",
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "image": image,
+            "command": COMMAND,
+            "runs": runs,
+            "host": {
+                "cpus": os.cpu_count(),
+                "kernel": platform.release(),
+                "python": platform.python_version(),
+                "loadavg_after": os.getloadavg(),
+            },
+            "latency": {name: summarize(values) for name, values in lat.items() if values},
+            "latency_raw_ms": {k: [round(x * 1000, 2) for x in v] for k, v in lat.items()},
+            "warm_calls_served_warm": f"{served_warm}/{runs}",
+            "warm_pool_stats": warm_stats,
+            "throughput_per_s": throughput,
+            "idle_warm_memory": memory,
+            "leftover_containers": len(leftovers),
+        }
+    )
+    return out
+
+
+async def _sweep(paths: Paths) -> list[str]:
+    """Anything left with our instance label (the naive ones included): removed, counted."""
+    sweeper = DockerBackend(
+        DockerBackendConfig(
+            data_dir=paths.data_dir, workspaces_root=paths.root,
+            instance_id=paths.instance_id, harden_workspaces_root=False,
+        )
+    )  # fmt: skip
+    await sweeper.start()
+    try:
+        return await sweeper.reaper().reconcile_startup()
+    finally:
+        await sweeper.close()
 
 
 def write_results(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
@@ -163,4 +239,24 @@ def write_results(results: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = out_dir / f"exec-{stamp}.json"
     path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    chart(results, path.with_suffix(".png"))
     return path
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    """Box plot of the per-call latencies of every path (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    raw = {k: v for k, v in results["latency_raw_ms"].items() if v}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.boxplot(list(raw.values()), tick_labels=list(raw.keys()), whis=(5, 95), showfliers=True)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency per call, ms (log)")
+    ax.set_title(f"python3 -c 'print(1)', {results['runs']} calls each, whiskers p5-p95")
+    ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

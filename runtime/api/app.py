@@ -52,7 +52,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         await audit.open()
         opened.append(audit.close)
         if backend is None:
-            backend = DockerBackend.from_settings(settings, instance_id=instance)
+            backend = DockerBackend.from_settings(settings, instance_id=instance, warm_pool=True)
         opened.append(backend.close)
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings))

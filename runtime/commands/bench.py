@@ -18,30 +18,30 @@ app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 
 @app.command("exec")
 def exec_bench(
-    runs: Annotated[int, typer.Option("--runs", min=1, help="Calls per measurement.")] = 30,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Calls in flight for throughput.")
-    ] = 4,
+    runs: Annotated[int, typer.Option("--runs", min=4, help="Calls per measurement.")] = 40,
     image: Annotated[
         str | None, typer.Option("--image", help="Image (default <prefix>/python:latest).")
     ] = None,
+    api: Annotated[
+        bool, typer.Option("--api/--no-api", help="Also time warm calls via `navi serve`.")
+    ] = True,
 ) -> None:
-    """Per-call latency (p50/p95) and throughput: our backend next to `docker run --rm`."""
+    """Latency of docker run --rm, cold, warm and warm-via-API; throughput (2, 4 clients);
+    memory per idle warm container. JSON + PNG chart in bench/results/."""
     from bench.exec_bench import run_bench, write_results
 
     settings = Settings()
     configure_logging(settings.log_format, "warning")
     image = image or f"{settings.image_prefix}/python:latest"
     try:
-        results = asyncio.run(run_bench(image, runs, concurrency))
+        results = asyncio.run(run_bench(image, runs, api))
     except NaviError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(1) from exc
     path = write_results(results)
-    for name in ("backend", "docker_run_rm"):
-        lat, tput = results[name]["latency"], results[name]["throughput_per_s"]
-        typer.echo(
-            f"{name:14} p50 {lat['p50_ms']:7.1f} ms  p95 {lat['p95_ms']:7.1f} ms  "
-            f"throughput {tput:6.2f}/s (concurrency {concurrency})"
-        )
-    typer.echo(f"results: {path}")
+    for name, lat in results["latency"].items():
+        typer.echo(f"{name:14} p50 {lat['p50_ms']:7.1f} ms  p95 {lat['p95_ms']:7.1f} ms")
+    for clients, paths in results["throughput_per_s"].items():
+        typer.echo(f"throughput {clients}: " + ", ".join(f"{k} {v}/s" for k, v in paths.items()))
+    typer.echo(f"idle warm container memory (median): {results['idle_warm_memory']['median']}")
+    typer.echo(f"results: {path} (+ .png)")

@@ -84,18 +84,22 @@ class DockerBackendConfig(BaseModel):
         return self.data_dir / "artifacts"
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackendConfig:
+    def from_settings(
+        cls, settings: Settings, *, warm_pool: bool = False, **overrides: Any
+    ) -> DockerBackendConfig:
+        """``warm_pool``: keep warm containers (a long-lived server; a one-shot CLI does not)."""
         values: dict[str, Any] = {
             "data_dir": settings.data_dir.resolve(),
             "workspaces_root": settings.workspaces_dir.resolve(),
             "sandbox_uid": settings.sandbox_uid,
             "lease_grace_s": settings.lease_grace_s,
-            "warm": WarmPoolConfig(
+        }
+        if warm_pool:
+            values["warm"] = WarmPoolConfig(
                 size=settings.warm_pool_size,
                 idle_s=settings.warm_idle_s,
                 per_tenant=settings.warm_per_tenant,
-            ),
-        }
+            )
         return cls(**{**values, **overrides})
 
 
@@ -115,8 +119,10 @@ class DockerBackend(WarmLaunchMixin):
         self._removals: set[asyncio.Future[None]] = set()
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> DockerBackend:
-        return cls(DockerBackendConfig.from_settings(settings, **overrides))
+    def from_settings(
+        cls, settings: Settings, *, warm_pool: bool = False, **overrides: Any
+    ) -> DockerBackend:
+        return cls(DockerBackendConfig.from_settings(settings, warm_pool=warm_pool, **overrides))
 
     def _new_pool(self) -> WarmPool:
         return WarmPool(self.config.warm, self._launch_warm, self._discard_warm)
