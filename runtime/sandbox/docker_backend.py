@@ -20,6 +20,7 @@ use); past the cap the result keeps head + tail and the artifact the whole strea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import socket
@@ -54,6 +55,7 @@ from runtime.sandbox.spec import (
 from runtime.sandbox.warm_launch import WarmLaunchMixin
 from runtime.sandbox.warm_pool import WarmPool, WarmPoolConfig, warm_key
 from runtime.sandbox.warm_runner import job_frame
+from runtime.sandbox.warm_stream import TrailerCapture, Trailers, oom_kills
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -342,6 +344,16 @@ class DockerBackend(WarmLaunchMixin):
         """Remove the session's warm containers (its calls still running are not touched)."""
         await self.warm.release_session(session)
 
+    async def _exit_state(
+        self, container: str, trailers: Trailers | None, timed_out: bool
+    ) -> dict[str, Any]:
+        """Exit code and OOM kill: from a warm runner's trailer when the job exited normally
+        and the cgroup counts no OOM kill, else from the engine once the container is down."""
+        code = trailers.code if trailers is not None else None
+        if code is not None and code >= 0 and not timed_out and oom_kills(container) == 0:
+            return {"ExitCode": code, "OOMKilled": False}
+        return await self._call(self._final_state, container)
+
     async def _drive(
         self,
         container: str,
@@ -360,9 +372,10 @@ class DockerBackend(WarmLaunchMixin):
                 attached = await self._acquire(
                     attach.shutdown, self.api.attach_socket, container, params
                 )
-            cold = True
+            cold, nonce = True, ""
         else:
-            stdin, cold = job_frame(request.argv) + stdin, False
+            nonce = os.urandom(16).hex()
+            stdin, cold = job_frame(request.argv, nonce) + stdin, False
         sock = attach.raw_socket(attached)
         base = self.config.artifacts_dir / request.session / request.exec_id
         captures = {
@@ -379,6 +392,16 @@ class DockerBackend(WarmLaunchMixin):
                 artifact_max=self.config.artifact_max_bytes,
             ),
         }
+        pumped: dict[int, Any] = dict(captures)
+        trailers = None
+        if not cold:  # the runner marks the job's end on both streams
+
+            def ended() -> None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+            trailers = Trailers(nonce, ended)
+            pumped = {k: TrailerCapture(c, trailers) for k, c in captures.items()}
         live: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
         forwarder = asyncio.create_task(_forward(live, on_output)) if on_output else None
         loop = asyncio.get_running_loop()
@@ -392,7 +415,7 @@ class DockerBackend(WarmLaunchMixin):
                 with map_docker_errors("start the sandbox container"):
                     await self._call(self.api.start, container)
             pump = attach.in_thread(
-                attach.pump_output, sock, captures, emit if on_output else None, name="navi-out"
+                attach.pump_output, sock, pumped, emit if on_output else None, name="navi-out"
             )
             attach.in_thread(attach.feed_stdin, sock, stdin, name="navi-in")
             done, _ = await asyncio.wait({pump}, timeout=max(0.0, deadline - time.monotonic()))
@@ -404,7 +427,10 @@ class DockerBackend(WarmLaunchMixin):
                     attach.shutdown(attached)
                     await pump
             finished = time.monotonic()
-            state = await self._call(self._final_state, container)
+            for capture in pumped.values():
+                if isinstance(capture, TrailerCapture) and (held := capture.flush()) and on_output:
+                    emit(capture.name, held)
+            state = await self._exit_state(container, trailers, timed_out)
         finally:
             attach.shutdown(attached)
             for capture in captures.values():

@@ -3,10 +3,15 @@
 A warm container is created and started with the same hardened ``ContainerSpec`` as a cold
 one; only its argv differs: ``python3 -I -S -c RUNNER``. The runner writes one ready byte on
 stdout (so the pool knows the container is up), then blocks on stdin for exactly one job:
-a 4-byte big-endian length and that many bytes of JSON ``{"argv": [...]}``. It then
-``execvp``s the job's argv: the job is a fresh program (a fresh interpreter for python) in
-the runner's own process, with the container's env and workdir; what follows the frame on
-stdin is the job's stdin, up to EOF. The container exits with the job, and is removed.
+a 4-byte big-endian length and that many bytes of JSON ``{"argv": [...], "nonce": ...}``.
+It forks and ``execvp``s the job's argv in the child (a fresh program, a fresh interpreter
+for python; SIGPIPE/SIGXFSZ back to default as under a cold container's init), with the
+container's env and workdir; what follows the frame on stdin is the job's stdin, up to EOF.
+When the job exits, the runner writes the trailer ``\\0navi-end-<nonce>:<exit code>\\n`` on
+stdout and on stderr and exits: the backend ends the call at the two trailers (each stream
+is ordered, so no output of the job is lost) instead of waiting ~20 ms for the engine to
+tear the container down, then removes it. A job that forges a trailer needs the nonce
+(never on its argv, env or stdin) and could only misreport its own exit code.
 
 Passed inline (not baked into the image) so every image with a ``python3`` can run warm;
 one without falls back to cold calls (the runner never reports ready).
@@ -17,9 +22,10 @@ from __future__ import annotations
 import json
 
 READY = b"\x00"
+END = b"\x00navi-end-"
 
 RUNNER = """\
-import os, json
+import os, json, signal
 def rd(n):
     b = b""
     while len(b) < n:
@@ -30,18 +36,28 @@ def rd(n):
     return b
 os.write(1, b"\\x00")
 job = json.loads(rd(int.from_bytes(rd(4), "big")))
-argv = job["argv"]
-try:
-    os.execvp(argv[0], argv)
-except OSError as e:
-    os.write(2, ("navi: cannot run %r: %s\\n" % (argv[0], e.strerror)).encode())
-    os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+argv, end = job["argv"], b"\\x00navi-end-" + job["nonce"].encode() + b":"
+pid = os.fork()
+if pid == 0:
+    for s in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(s, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        os.write(2, ("navi: cannot run %r: %s\\n" % (argv[0], e.strerror)).encode())
+        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+os.close(0)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+trailer = end + str(code).encode() + b"\\n"
+os.write(1, trailer)
+os.write(2, trailer)
+os._exit(code if code >= 0 else 128 - code)
 """
 
 RUNNER_ARGV = ("python3", "-I", "-S", "-c", RUNNER)
 
 
-def job_frame(argv: list[str]) -> bytes:
-    """The bytes that hand ``argv`` to a waiting runner."""
-    body = json.dumps({"argv": argv}).encode()
+def job_frame(argv: list[str], nonce: str) -> bytes:
+    """The bytes that hand ``argv`` to a waiting runner; ``nonce`` marks its end trailer."""
+    body = json.dumps({"argv": argv, "nonce": nonce}).encode()
     return len(body).to_bytes(4, "big") + body

@@ -219,3 +219,33 @@ async def test_warm_containers_are_reaped_after_a_supervisor_kill_9(
     assert await reaper.reap_expired(now=time.time()) == []  # within its lease: kept
     assert await reaper.reap_expired(now=lease + 1) == [left[0]["Id"]]
     assert session_containers(docker_api, "doomed") == []
+
+
+SAME_AS_COLD = {
+    "exit": ["sh", "-c", "echo out; echo err >&2; exit 4"],
+    "signal": ["sh", "-c", "echo before; kill -9 $$"],
+    "straggler": ["sh", "-c", "(sleep 0.3; echo late) & echo early"],
+    "forged_end": py("import sys; sys.stdout.buffer.write(b'\\x00navi-end-0123:7\\nafter\\n')"),
+    "signals_ignored": ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"],
+    "truncated": py("import sys; sys.stdout.write('x' * 3_000_000); print('tail')"),
+    "stdin": ["sh", "-c", "wc -c"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAME_AS_COLD))
+async def test_a_warm_call_returns_what_a_cold_one_does(
+    backend: DockerBackend, run: RunFn, workspace: Path, case: str
+) -> None:
+    """The runner ends the call at its trailers, not at the container's exit: the result must
+    not tell the two apart (exit code, signals, output order and caps, a forged trailer)."""
+    argv = SAME_AS_COLD[case]
+    limits = Limits(timeout_s=20, output_bytes=1024 * 1024)
+    cold = await run(argv, stdin=b"12345", limits=limits)
+    await wait_ready(backend, workspace.name)
+    taken = backend.warm.stats["taken"]
+    warm = await run(argv, stdin=b"12345", limits=limits)
+    assert backend.warm.stats["taken"] == taken + 1
+    fields = ("exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
+              "stdout_size", "stderr_size")
+    assert {f: getattr(warm, f) for f in fields} == {f: getattr(cold, f) for f in fields}
+    assert len(warm.artifacts) == len(cold.artifacts)

@@ -1,0 +1,104 @@
+"""End of a warm call: spot the runner's trailer on stdout and stderr (``warm_runner.py``).
+
+``TrailerCapture`` wraps a stream's ``StreamCapture`` for ``attach.pump_output``: it passes
+the job's bytes through, holding back the few last ones that could begin the trailer, and
+strips the trailer. ``Trailers`` fires ``on_end`` when both streams have shown theirs (each
+stream is ordered, so all of the job's output is in): the backend then closes the attach
+socket, which ends the pump, instead of waiting for the engine to tear the container down.
+Without trailers (the runner died) the call ends at EOF, as a cold one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from runtime.sandbox.capture import StreamCapture
+from runtime.sandbox.warm_runner import END
+
+MAX_CODE = 12  # "-NN" or "NNN" and the newline, with room
+
+
+class Trailers:
+    def __init__(self, nonce: str, on_end: Callable[[], None]) -> None:
+        self.prefix = END + nonce.encode() + b":"
+        self.codes: dict[str, int] = {}
+        self._on_end = on_end
+        self._lock = threading.Lock()
+
+    def seen(self, stream: str, code: int) -> None:
+        with self._lock:
+            self.codes[stream] = code
+            done = len(self.codes) == 2
+        if done:
+            self._on_end()
+
+    @property
+    def code(self) -> int | None:
+        """The job's exit status (negative: killed by that signal) once both trailers came."""
+        if len(self.codes) == 2 and len(set(self.codes.values())) == 1:
+            return next(iter(self.codes.values()))
+        return None
+
+
+class TrailerCapture:
+    """Duck-types ``StreamCapture.feed`` / ``name`` for the pump."""
+
+    def __init__(self, inner: StreamCapture, trailers: Trailers) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._trailers = trailers
+        self._held = b""
+        self._ended = False
+        self._keep = len(trailers.prefix) + MAX_CODE
+
+    def feed(self, data: bytes) -> bytes:
+        if self._ended:
+            return b""  # a straggler of the job's after its end: the container is going away
+        buf = self._held + data
+        prefix = self._trailers.prefix
+        at = buf.find(prefix)
+        if at >= 0:
+            newline = buf.find(b"\n", at + len(prefix))
+            if newline >= 0:
+                try:
+                    code = int(buf[at + len(prefix) : newline])
+                except ValueError:
+                    code = None
+                if code is not None:
+                    self._ended, self._held = True, b""
+                    live = self.inner.feed(buf[:at])
+                    self._trailers.seen(self.name, code)
+                    return live
+        if len(buf) <= self._keep:
+            self._held = buf
+            return b""
+        self._held = buf[-self._keep :]
+        return self.inner.feed(buf[: -self._keep])
+
+    def flush(self) -> bytes:
+        """At EOF without a trailer: the held-back bytes are the job's."""
+        held, self._held = self._held, b""
+        return self.inner.feed(held) if held and not self._ended else b""
+
+
+OOM_FILES = (
+    "/sys/fs/cgroup/memory/docker/{id}/memory.oom_control",  # v1, cgroupfs driver
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.events",  # v2, systemd driver
+    "/sys/fs/cgroup/docker/{id}/memory.events",  # v2, cgroupfs driver
+)
+
+
+def oom_kills(container: str) -> int | None:
+    """How many processes the kernel OOM-killed in the container's cgroup (None: unknown)."""
+    for template in OOM_FILES:
+        try:
+            text = Path(template.format(id=container)).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
