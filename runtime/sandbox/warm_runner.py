@@ -4,9 +4,12 @@ A warm container is created and started with the same hardened ``ContainerSpec``
 one; only its argv differs: ``python3 -I -S -c RUNNER``. The runner writes one ready byte on
 stdout (so the pool knows the container is up), then blocks on stdin for exactly one job:
 a 4-byte big-endian length and that many bytes of JSON ``{"argv": [...], "nonce": ...}``.
-It forks and ``execvp``s the job's argv in the child (a fresh program, a fresh interpreter
-for python; SIGPIPE/SIGXFSZ back to default as under a cold container's init), with the
-container's env and workdir; what follows the frame on stdin is the job's stdin, up to EOF.
+It forks; the child ``execvp``s the job's argv (a fresh program; SIGPIPE/SIGXFSZ back to
+default as under a cold container's init) with the container's env and workdir, except for
+``python3 -I -c CODE [args]`` (what ``code_exec`` runs): the runner is itself ``python3 -I``,
+so the child runs CODE in a fresh ``__main__`` as that command would, without paying a
+second interpreter start-up (the container, and so the interpreter, serves this one job).
+What follows the frame on stdin is the job's stdin, up to EOF.
 When the job exits, the runner writes the trailer ``\\0navi-end-<nonce>:<exit code>\\n`` on
 stdout and on stderr and exits: the backend ends the call at the two trailers (each stream
 is ordered, so no output of the job is lost) instead of waiting ~20 ms for the engine to
@@ -25,7 +28,7 @@ READY = b"\x00"
 END = b"\x00navi-end-"
 
 RUNNER = """\
-import os, json, signal
+import os, json, signal, sys
 def rd(n):
     b = b""
     while len(b) < n:
@@ -37,8 +40,24 @@ def rd(n):
 os.write(1, b"\\x00")
 job = json.loads(rd(int.from_bytes(rd(4), "big")))
 argv, end = job["argv"], b"\\x00navi-end-" + job["nonce"].encode() + b":"
+inproc = len(argv) >= 4 and argv[:3] == ["python3", "-I", "-c"]
 pid = os.fork()
-if pid == 0:
+if pid == 0 and inproc:
+    del job, end
+    import types
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = ["-c", *argv[4:]]
+    try:
+        exec(compile(argv[3], "<string>", "exec"), main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        e.__traceback__ = e.__traceback__.tb_next
+        sys.excepthook(type(e), e, e.__traceback__)
+        sys.exit(1)
+elif pid == 0:
     for s in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(s, signal.SIG_DFL)
     try:
@@ -46,15 +65,16 @@ if pid == 0:
     except OSError as e:
         os.write(2, ("navi: cannot run %r: %s\\n" % (argv[0], e.strerror)).encode())
         os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-os.close(0)
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-trailer = end + str(code).encode() + b"\\n"
-os.write(1, trailer)
-os.write(2, trailer)
-os._exit(code if code >= 0 else 128 - code)
+else:
+    os.close(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    trailer = end + str(code).encode() + b"\\n"
+    os.write(1, trailer)
+    os.write(2, trailer)
+    os._exit(code if code >= 0 else 128 - code)
 """
 
-RUNNER_ARGV = ("python3", "-I", "-S", "-c", RUNNER)
+RUNNER_ARGV = ("python3", "-I", "-c", RUNNER)
 
 
 def job_frame(argv: list[str], nonce: str) -> bytes:

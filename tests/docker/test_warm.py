@@ -229,6 +229,12 @@ SAME_AS_COLD = {
     "signals_ignored": ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"],
     "truncated": py("import sys; sys.stdout.write('x' * 3_000_000); print('tail')"),
     "stdin": ["sh", "-c", "wc -c"],
+    "py_inproc": ["python3", "-I", "-c", "import sys, os; print(sys.argv, sys.flags.isolated, "
+                  "sys.stdin.read(), __name__, os.getcwd(), sys.path[0]); sys.exit(2)", "a"],
+    "py_traceback": ["python3", "-I", "-c", "import sys\nprint('x')\n1/0"],
+    "py_syntax": ["python3", "-I", "-c", "print("],
+    "py_exit_text": ["python3", "-I", "-c", "import atexit; atexit.register(print, 'bye'); "
+                     "raise SystemExit('gone')"],
 }
 
 
