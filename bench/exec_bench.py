@@ -1,8 +1,8 @@
 """Exec benchmark: every way a call can reach a container, all in one run on one host.
 
-Paths, each running ``python3 -c 'print(1)'`` in the same image with the same hardening
-(network none, cap-drop ALL, no-new-privileges, project seccomp profile, uid 65534,
-read-only root, /tmp tmpfs, pids/memory/cpu limits, ulimits, --init, log driver none) and
+Paths, each running ``python3 -I -c 'print(1)'`` (what ``code_exec`` runs) in the same
+image with the same hardening (network none, cap-drop ALL, no-new-privileges, project
+seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, ulimits, --init, log driver none) and
 the same workspace bind mount:
 
 - ``docker_run_rm``: a naive ``docker run --rm`` (CLI process per call);
@@ -45,7 +45,7 @@ from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH
 from runtime.sandbox.warm_pool import WarmPoolConfig
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
-COMMAND = ["python3", "-c", "print(1)"]
+COMMAND = ["python3", "-I", "-c", "print(1)"]  # what code_exec runs for python
 LIMITS = Limits()
 CONCURRENCY = (2, 4)
 
@@ -255,7 +255,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     ax.boxplot(list(raw.values()), tick_labels=list(raw.keys()), whis=(5, 95), showfliers=True)
     ax.set_yscale("log")
     ax.set_ylabel("latency per call, ms (log)")
-    ax.set_title(f"python3 -c 'print(1)', {results['runs']} calls each, whiskers p5-p95")
+    ax.set_title(f"python3 -I -c 'print(1)', {results['runs']} calls each, whiskers p5-p95")
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
