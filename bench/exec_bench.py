@@ -2,8 +2,8 @@
 
 Paths, each running ``python3 -I -c 'print(1)'`` (what ``code_exec`` runs) in the same
 image with the same hardening (network none, cap-drop ALL, no-new-privileges, project
-seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, ulimits, --init, log driver none) and
-the same workspace bind mount:
+seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, ulimits,
+--init, log driver none) and the same workspace bind mount:
 
 - ``docker_run_rm``: a naive ``docker run --rm`` (CLI process per call);
 - ``cold``: ``DockerBackend`` with the warm pool off (create → attach → start → … → remove);
