@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
-
 from runtime.errors import InvalidInput, NotFound
+from runtime.tools.sqlite_file import SqliteFile
 
 MAX_CONTENT_CHARS = 16 * 1024
 MAX_MEMORIES_PER_TENANT = 10_000
@@ -52,42 +51,14 @@ def fts_query(text: str, max_terms: int = 32) -> str | None:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-class MemoryStore:
+class MemoryStore(SqliteFile):
     """save / search / forget, scoped by tenant. `open()` before use, `close()` at shutdown."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._db: aiosqlite.Connection | None = None
+    SCHEMA = _SCHEMA
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> MemoryStore:
         return cls(Path(data_dir) / "memory.sqlite3")
-
-    async def open(self) -> None:
-        if self._db is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(self.path)
-        try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute("PRAGMA foreign_keys=ON")
-            await db.executescript(_SCHEMA)
-            await db.commit()
-        except BaseException:
-            await db.close()
-            raise
-        self._db = db
-
-    async def close(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            await db.close()
-
-    async def _conn(self) -> aiosqlite.Connection:
-        if self._db is None:
-            await self.open()
-        assert self._db is not None
-        return self._db
 
     async def save(self, tenant: str, content: str, tags: list[str] | None = None) -> int:
         content = content.strip()

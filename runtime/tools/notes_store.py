@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import aiosqlite
-
 from runtime.errors import InvalidInput, NotFound
+from runtime.tools.sqlite_file import SqliteFile
 
 TodoStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
 MAX_TODOS = 200
@@ -40,41 +39,14 @@ CREATE TABLE IF NOT EXISTS scratchpads (
 """
 
 
-class NotesStore:
+class NotesStore(SqliteFile):
     """Todo items and one scratchpad per (tenant, session)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._db: aiosqlite.Connection | None = None
+    SCHEMA = _SCHEMA
 
     @classmethod
     def in_data_dir(cls, data_dir: Path) -> NotesStore:
         return cls(Path(data_dir) / "notes.sqlite3")
-
-    async def open(self) -> None:
-        if self._db is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = await aiosqlite.connect(self.path)
-        try:
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.executescript(_SCHEMA)
-            await db.commit()
-        except BaseException:
-            await db.close()
-            raise
-        self._db = db
-
-    async def close(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            await db.close()
-
-    async def _conn(self) -> aiosqlite.Connection:
-        if self._db is None:
-            await self.open()
-        assert self._db is not None
-        return self._db
 
     # ---- todo ------------------------------------------------------------------------
 
