@@ -18,7 +18,7 @@ from runtime.api.deps import (
     get_services,
     owned_session,
 )
-from runtime.api.events import Event
+from runtime.api.events import Event, SessionEventBus
 from runtime.errors import Forbidden, NaviError
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
@@ -77,17 +77,21 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
         return
     await websocket.send_json({"type": "ready", "session": session_id})
     reader = asyncio.create_task(_drain(websocket, services, session_id))
-    try:
-        async for event in services.hub.bus(session_id).subscribe(last):
-            if reader.done():
-                break
-            await websocket.send_json(event.as_json())
-    except (WebSocketDisconnect, RuntimeError):
-        pass
+    writer = asyncio.create_task(_pump(websocket, services.hub.bus(session_id), last))
+    try:  # whichever ends first (client gone, or the bus closed) ends both
+        await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        reader.cancel()
+        for task in (reader, writer):
+            task.cancel()
+        await asyncio.gather(reader, writer, return_exceptions=True)
         with contextlib.suppress(Exception):
             await websocket.close()
+
+
+async def _pump(websocket: WebSocket, bus: SessionEventBus, last: int | None) -> None:
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+        async for event in bus.subscribe(last):
+            await websocket.send_json(event.as_json())
 
 
 async def _drain(websocket: WebSocket, services: Any, session_id: str) -> None:
