@@ -31,7 +31,7 @@ class Approval:
     expires_at: float
     status: Literal["pending", "approved", "denied", "expired"] = "pending"
     decided_by: str | None = None
-    _future: asyncio.Future[bool] = field(repr=False, default=None)  # type: ignore[assignment]
+    _future: asyncio.Future[bool] | None = field(repr=False, default=None)
 
     def public(self) -> dict[str, Any]:
         return {
@@ -50,7 +50,7 @@ class ApprovalBroker:
 
     async def ask(
         self, *, tenant: str, session: str, tool: str, args: dict[str, Any], rule: str,
-        reason: str, announce: Callable[[Approval], None] | None = None,
+        reason: str, announce: Callable[[Approval], object] | None = None,
         timeout_s: float | None = None,
     ) -> Approval:
         """Register a request, announce it, wait for a decision; returns it decided."""
@@ -60,13 +60,14 @@ class ApprovalBroker:
             id="ap_" + secrets.token_hex(8), tenant=tenant, session=session, tool=tool,
             args=args, rule=rule, reason=reason, created_at=now, expires_at=now + wait,
         )
-        approval._future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        approval._future = future
         self._items[approval.id] = approval
         self._trim()
         if announce is not None:
             announce(approval)
         try:
-            await asyncio.wait_for(asyncio.shield(approval._future), timeout=wait)
+            await asyncio.wait_for(asyncio.shield(future), timeout=wait)
         except TimeoutError:
             approval.status = "expired"
         return approval
@@ -86,7 +87,7 @@ class ApprovalBroker:
             raise Conflict(f"approval already {approval.status}")
         approval.status = "approved" if decision == "approve" else "denied"
         approval.decided_by = by
-        if not approval._future.done():
+        if approval._future is not None and not approval._future.done():
             approval._future.set_result(approval.status == "approved")
         return approval
 
@@ -95,7 +96,7 @@ class ApprovalBroker:
             if approval.session == session and approval.status == "pending":
                 approval.status = "denied"
                 approval.decided_by = "system:session_closed"
-                if not approval._future.done():
+                if approval._future is not None and not approval._future.done():
                     approval._future.set_result(False)
 
     def _trim(self) -> None:

@@ -66,7 +66,8 @@ from runtime.sandbox.backend import OutputCallback, SandboxBackend
 from runtime.sandbox.models import ExecRequest, ExecResult, Mount
 
 log = get_logger(__name__)
-Approver = Callable[[Subject, Action, Decision], Awaitable[bool]]
+# An approver answers truthy to approve; its answer may carry `decided_by` for the audit.
+Approver = Callable[[Subject, Action, Decision], Awaitable[Any]]
 EXEC_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

@@ -85,8 +85,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))}
         for err in exc.errors()[:20]
     ]
-    first = problems[0] if problems else {"loc": [], "msg": "invalid request"}
-    message = f"{'.'.join(first['loc'])}: {first['msg']}" if first["loc"] else first["msg"]
+    loc, msg = (problems[0]["loc"], problems[0]["msg"]) if problems else ([], "invalid request")
+    message = f"{'.'.join(loc)}: {msg}" if loc else str(msg)
     return error_response(422, "invalid_request", message, problems=problems)
 
 

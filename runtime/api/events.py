@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ class SessionEventBus:
         first_kept = events[0].id if events else self.next_id
         return events, max(0, first_kept - last_id - 1)
 
-    async def subscribe(self, last_id: int | None = None) -> AsyncIterator[Event]:
+    async def subscribe(self, last_id: int | None = None) -> AsyncGenerator[Event, None]:
         """Replay from `last_id` (None: only new events), then follow live until cancelled."""
         queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=SUBSCRIBER_QUEUE)
         self.subscribers.add(queue)
@@ -70,12 +70,12 @@ class SessionEventBus:
                     seen = event.id
                     yield event
             while True:
-                event = await queue.get()
-                if event is None:
+                item = await queue.get()
+                if item is None:
                     return
-                if event.id > seen:
-                    seen = event.id
-                    yield event
+                if item.id > seen:
+                    seen = item.id
+                    yield item
         finally:
             self.subscribers.discard(queue)
 
