@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -16,7 +17,9 @@ def _escape(value: str) -> str:
     return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
 
 
-def escape_control_chars(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def escape_control_chars(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """Processor: no log injection, every string value printed on one line."""
     return {k: _escape(v) if isinstance(v, str) else v for k, v in event_dict.items()}
 

@@ -125,7 +125,7 @@ def _verify(
     if pinned.get(0, {GENESIS_HASH}) != {GENESIS_HASH}:
         found.bad(1, "checkpoint at seq 0 does not pin the genesis hash")
 
-    rows = conn.execute(
+    rows: Iterator[tuple[Any, ...]] = conn.execute(
         f"SELECT {', '.join(COLUMNS)}, body FROM audit ORDER BY seq"
     ) if conn is not None else iter(())
     mirror = _mirror_lines(data_dir / MIRROR_NAME)
@@ -195,7 +195,7 @@ def export_jsonl(
     conn = connect_readonly(Path(data_dir))
     if conn is None:
         return 0
-    sql, params = "SELECT body FROM audit", []
+    sql, params = "SELECT body FROM audit", list[object]()
     clauses = []
     if since_seq is not None:
         clauses.append("seq > ?")

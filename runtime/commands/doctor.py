@@ -40,7 +40,7 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
 ) -> None:
     """Check the engine, images, seccomp and confinement; exit 1 if anything fails."""
-    settings = Settings(**({"data_dir": data_dir} if data_dir else {}))
+    settings = Settings(data_dir=data_dir) if data_dir else Settings()
     configure_logging(settings.log_format, "warning")
     images = image or [f"{settings.image_prefix}/python:latest"]
     checks = asyncio.run(_run(settings, images))

@@ -147,7 +147,7 @@ class ApprovalRule(Strict):
 
 class Profile(Strict):
     description: str = ""
-    roles: list[Role] = Field(default_factory=lambda: ["user", "admin"])
+    roles: list[Role] = Field(default_factory=lambda: list[Role](["user", "admin"]))
     allow: list[ToolRef] = Field(default_factory=list)
     deny: list[ToolRef] = Field(default_factory=list)
     approvals: list[ApprovalRule] = Field(default_factory=list)

@@ -105,7 +105,8 @@ Chunk = ThinkingDelta | TextDelta | ToolCallChunk | Done | Notice
 class LLMBackend(Protocol):
     """What the loop needs from a model server."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
         """Stream one answer; ends with one `Done`."""
