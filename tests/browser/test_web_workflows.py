@@ -209,6 +209,7 @@ def test_chat_with_the_agent(page, server: Server, tenant: Tenant, ollama: FakeO
     assert card.locator(".tool-name").inner_text() == "code_exec"
     assert card.locator(".output").inner_text() == "from the agent\n"
     assert card.locator(".status").inner_text() == "exit 0"
+    assert page.locator(".notice", has_text="Model: ").count() == 1  # which model serves
     reply = page.locator(".msg.assistant:not(.streaming)",
                          has_text="The answer is written to answer.txt.")
     reply.wait_for(timeout=30_000)

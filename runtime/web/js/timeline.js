@@ -104,6 +104,10 @@ export class Timeline {
     if (event.exec_id && this.historyExecs.has(event.exec_id)) return;
     switch (type) {
       case "stream_start":
+        if (event.backend && event.backend !== this.lastBackend) {
+          this.lastBackend = event.backend;  // say which model serves, once per change
+          this.notice(`Model: ${event.model || "?"} (${event.backend})`, ts);
+        }
         this.startReply(ts);
         this.split = false;
         this.setRunning(true);
@@ -148,6 +152,9 @@ export class Timeline {
         break;
       case "resync":
         this.notice(`${event.missed} earlier events were no longer available.`, ts);
+        break;
+      case "notice":
+        this.notice(String(event.message || ""), ts);
         break;
       default:
         break;
