@@ -13,6 +13,13 @@ the whole call takes at most timeout + kill + remove); ``oom_killed`` from the e
 sandbox broke" raises ``SandboxError`` / ``EngineUnavailable`` / ``ImageMissing``.
 The container is removed on every path, cancellation included.
 
+Warm path (``config.warm.size`` > 0; ``warm_pool.py``, ``warm_launch.py``, ``warm_runner.py``,
+``warm_stream.py``): a call whose class (the same ``ContainerSpec`` but argv) has a ready
+container takes it, skipping create/attach/start: its job goes to the runner over stdin and
+the call ends at the runner's end trailers. Each warm container serves one call and is
+removed after it (off the call's path); after each call the session's next one is launched
+in the background. ``release_session`` drops a session's, ``close`` all.
+
 ``on_output`` gets each stream live up to ``limits.output_bytes`` (what an API client can
 use); past the cap the result keeps head + tail and the artifact the whole stream.
 """
@@ -55,7 +62,7 @@ from runtime.sandbox.spec import (
 from runtime.sandbox.warm_launch import WarmLaunchMixin
 from runtime.sandbox.warm_pool import WarmPool, WarmPoolConfig, warm_key
 from runtime.sandbox.warm_runner import job_frame
-from runtime.sandbox.warm_stream import TrailerCapture, Trailers, oom_kills
+from runtime.sandbox.warm_stream import TrailerCapture, Trailers
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -343,16 +350,6 @@ class DockerBackend(WarmLaunchMixin):
     async def release_session(self, session: str) -> None:
         """Remove the session's warm containers (its calls still running are not touched)."""
         await self.warm.release_session(session)
-
-    async def _exit_state(
-        self, container: str, trailers: Trailers | None, timed_out: bool
-    ) -> dict[str, Any]:
-        """Exit code and OOM kill: from a warm runner's trailer when the job exited normally
-        and the cgroup counts no OOM kill, else from the engine once the container is down."""
-        code = trailers.code if trailers is not None else None
-        if code is not None and code >= 0 and not timed_out and oom_kills(container) == 0:
-            return {"ExitCode": code, "OOMKilled": False}
-        return await self._call(self._final_state, container)
 
     async def _drive(
         self,

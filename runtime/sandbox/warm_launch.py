@@ -28,6 +28,7 @@ from runtime.sandbox.spec import (
 )
 from runtime.sandbox.warm_pool import WarmContainer
 from runtime.sandbox.warm_runner import READY, RUNNER_ARGV
+from runtime.sandbox.warm_stream import Trailers, oom_kills
 
 T = TypeVar("T")
 
@@ -41,6 +42,7 @@ class WarmLaunchMixin:
     _acquire: Callable[..., Any]
     _create: Callable[[ContainerSpec], str]
     _remove: Callable[[str], None]
+    _final_state: Callable[[str], dict[str, Any]]
 
     def _warm_spec(self, spec: ContainerSpec, request: ExecRequest) -> ContainerSpec:
         """The call's own spec, running the runner, with a lease covering idle + call."""
@@ -97,3 +99,13 @@ class WarmLaunchMixin:
     async def _discard_warm(self, warm: WarmContainer) -> None:
         attach.shutdown(warm.attached)
         await self._call(self._remove, warm.id)
+
+    async def _exit_state(
+        self, container: str, trailers: Trailers | None, timed_out: bool
+    ) -> dict[str, Any]:
+        """Exit code and OOM kill: from a warm runner's trailer when the job exited normally
+        and the cgroup counts no OOM kill, else from the engine once the container is down."""
+        code = trailers.code if trailers is not None else None
+        if code is not None and code >= 0 and not timed_out and oom_kills(container) == 0:
+            return {"ExitCode": code, "OOMKilled": False}
+        return await self._call(self._final_state, container)

@@ -121,7 +121,11 @@ class WarmPool:
             if launch.claimed or launch.task is None:
                 continue
             launch.claimed = True
-            await asyncio.wait({launch.task})  # if we are cancelled it stays ready for others
+            # bounded; if we give up or are cancelled, it lands ready for the next call
+            await asyncio.wait({launch.task}, timeout=self.config.ready_timeout_s)
+            if not launch.task.done():
+                launch.claimed = False
+                break
             landed = None if launch.task.cancelled() else launch.task.result()
             queue = self._ready.get(key)
             if landed is not None and queue is not None and landed in queue:
