@@ -87,13 +87,13 @@ def summarize(latencies_s: list[float]) -> dict[str, float]:
     }
 
 
-async def _timed(call: Callable[[], Awaitable[None]]) -> float:
+async def _timed(call: Callable[[], Awaitable[object]]) -> float:
     started = time.perf_counter()
     await call()
     return time.perf_counter() - started
 
 
-async def _throughput(call: Callable[[int], Awaitable[None]], runs: int, clients: int) -> float:
+async def _throughput(call: Callable[[int], Awaitable[object]], runs: int, clients: int) -> float:
     """``clients`` loops (client ``i`` passes ``i``), ``runs`` calls in all, back to back."""
 
     async def client(index: int) -> None:
@@ -176,14 +176,16 @@ async def run_bench(image: str, runs: int, api: bool = True) -> dict[str, Any]:
             lat["warm"].append(time.perf_counter() - started)
         throughput: dict[str, dict[str, float]] = {}
         for clients in CONCURRENCY:
+
+            def cold(i: int) -> Awaitable[bool]:
+                return paths.call(paths.cold_backend, f"tc{i}")
+
+            def warm(i: int, c: int = clients) -> Awaitable[bool]:
+                return paths.call(paths.warm_backend, f"tw{c}-{i}")  # new sessions per round
+
             throughput[f"{clients}_clients"] = {
-                "cold": await _throughput(
-                    lambda i: paths.call(paths.cold_backend, f"tc{i}"), runs, clients
-                ),
-                "warm": await _throughput(
-                    lambda i, c=clients: paths.call(paths.warm_backend, f"tw{c}-{i}"),
-                    runs, clients,
-                ),  # fmt: skip
+                "cold": await _throughput(cold, runs, clients),
+                "warm": await _throughput(warm, runs, clients),
                 "docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs, clients),
             }
         memory = await idle_memory(paths, count=4)
