@@ -255,3 +255,19 @@ async def test_a_warm_call_returns_what_a_cold_one_does(
               "stdout_size", "stderr_size")
     assert {f: getattr(warm, f) for f in fields} == {f: getattr(cold, f) for f in fields}
     assert len(warm.artifacts) == len(cold.artifacts)
+
+
+async def test_concurrent_calls_never_share_a_container(
+    backend: DockerBackend, run: RunFn, workspace: Path
+) -> None:
+    """Many calls at once in one session (pool of 1): some warm, some waiting for the one
+    being launched, some cold; each still in a container of its own."""
+    argv = ["sh", "-c", "grep -o 'upperdir=[^,]*' /proc/self/mountinfo"]  # rootfs: per container
+    await run(argv)
+    await wait_ready(backend, workspace.name)
+    for _ in range(2):
+        results = await asyncio.gather(*(run(argv) for _ in range(5)))
+        ids = [r.stdout.strip() for r in results]
+        assert all(r.exit_code == 0 and r.stdout for r in results)
+        assert len(set(ids)) == len(ids), ids
+    assert backend.warm.stats["taken"] + backend.warm.stats["waited"] >= 2
