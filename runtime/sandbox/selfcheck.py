@@ -42,6 +42,7 @@ try:
 except OSError as e:
     root_write = errno.errorcode.get(e.errno, str(e.errno))
 r = libc.ptrace(0, 0, None, None)
+landlock = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(VERSION): the ABI, or -1
 print(json.dumps({
     'CapEff': status['CapEff'].strip(), 'CapBnd': status['CapBnd'].strip(),
     'NoNewPrivs': status['NoNewPrivs'].strip(), 'Seccomp': status['Seccomp'].strip(),
@@ -52,6 +53,7 @@ print(json.dumps({
     'pids': read('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'),
     'ptrace': [r, ctypes.get_errno()],
     'workspace': mount_opts('/workspace'), 'tmp': mount_opts('/tmp'),
+    'landlock_abi': landlock,
 }))
 """
 
@@ -97,6 +99,11 @@ def _probe_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
         ),
         check("/tmp noexec,nosuid,nodev", {"noexec", "nosuid", "nodev"} <= tmp, sorted(tmp)),
         check("workspace nosuid,nodev", {"nosuid", "nodev"} <= workspace, sorted(workspace)),
+        check(  # the CAD tools confine OpenSCAD with it and refuse to run without it
+            "Landlock available (OpenSCAD file confinement)",
+            isinstance(report.get("landlock_abi"), int) and report["landlock_abi"] >= 1,
+            f"ABI {report.get('landlock_abi')}",
+        ),
     ]
 
 
