@@ -70,3 +70,18 @@ def test_without_admin_env_a_token_file_is_made_once(tmp_path) -> None:  # noqa:
             assert admin.get("/v1/tenants").status_code == 200
     finally:
         stop_server(again)
+
+
+def test_admin_reads_another_tenants_audit_auditor_cannot(server: Server) -> None:
+    tenant, user = server.tenant_with_user()
+    with server.client(user) as client:
+        secretary = client.post("/v1/sessions", json={"profile": "secretary"}).json()["id"]
+        client.post(f"/v1/sessions/{secretary}/exec", json={
+            "tool": "code_exec", "args": {"language": "python", "code": "1"}})  # denied, audited
+    with server.client(server.admin_token) as admin:
+        records = admin.get("/v1/audit", params={"tenant": tenant}).json()
+    assert [r["kind"] for r in records] == ["denied"] and records[0]["tenant"] == tenant
+    other, _ = server.tenant_with_user()
+    with server.client(server.token_for(other, "auditor")) as auditor:
+        resp = auditor.get("/v1/audit", params={"tenant": tenant})
+    assert resp.status_code == 403 and resp.json()["error"]["code"] == "forbidden"

@@ -1,4 +1,5 @@
-"""Reading the audit log (auditor/admin, scoped to the caller's tenant) and verifying it."""
+"""Reading the audit log (auditor/admin, scoped to the caller's tenant; an admin may name
+another with `?tenant=`) and verifying it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from runtime.api.deps import AuditReader, get_services
 from runtime.api.schemas import VerifyOut
 from runtime.audit.verify import verify_store
-from runtime.errors import InvalidInput
+from runtime.errors import Forbidden, InvalidInput
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -39,10 +40,14 @@ async def list_audit(
     exec_id: str | None = Query(None, max_length=64),
     since: str | None = Query(None, max_length=64),
     limit: int = Query(1000, ge=1, le=10000),
+    tenant: str | None = Query(None, max_length=64,
+                               description="admin only: another tenant's records"),
 ) -> list[dict[str, Any]]:
+    if tenant is not None and principal.role != "admin":
+        raise Forbidden("only an admin may read another tenant's audit")
     records = await get_services(request).audit.records(
-        tenant=principal.tenant_id, session=session, tool=tool, exec_id=exec_id, limit=limit,
-        **_since(since),
+        tenant=tenant or principal.tenant_id, session=session, tool=tool, exec_id=exec_id,
+        limit=limit, **_since(since),
     )
     return [r.model_dump(mode="json") for r in records]
 
