@@ -21,6 +21,9 @@ from runtime.errors import ConfigError
 IMAGES_DIR = PROJECT_ROOT / "sandbox_images"
 """Where the image directories live; every sub-directory with a ``Dockerfile`` is an image."""
 
+SHARED_DIR = "_shared"
+"""Beside the images: build steps every Dockerfile uses (install packages, finish)."""
+
 BUILD_RECIPE_VERSION = "1"
 """Bump when the build procedure changes in a way the files do not show (forces rebuilds)."""
 
@@ -112,17 +115,26 @@ def discover(root: Path = IMAGES_DIR) -> dict[str, ImageSpec]:
     return {spec.name: spec for spec in specs}
 
 
-def context_files(spec: ImageSpec) -> list[tuple[str, Path]]:
-    """The image directory's files as (relative posix path, path), sorted; no symlinks."""
+def _files_below(top: Path, prefix: str) -> list[tuple[str, Path]]:
     files: list[tuple[str, Path]] = []
-    for path in spec.path.rglob("*"):
-        rel = path.relative_to(spec.path)
+    for path in top.rglob("*"):
+        rel = path.relative_to(top)
         if _SKIPPED_PARTS.intersection(rel.parts) or path.suffix == ".pyc":
             continue
         if path.is_symlink():
             raise ConfigError(f"{path}: symlinks are not allowed in a sandbox image directory")
         if path.is_file():
-            files.append((rel.as_posix(), path))
+            files.append((prefix + rel.as_posix(), path))
+    return files
+
+
+def context_files(spec: ImageSpec) -> list[tuple[str, Path]]:
+    """The build context as (relative posix path, path), sorted; no symlinks: the image
+    directory's files plus the build steps all images share, under ``_shared/``."""
+    files = _files_below(spec.path, "")
+    shared = spec.path.parent / SHARED_DIR
+    if shared.is_dir():
+        files += _files_below(shared, f"{SHARED_DIR}/")
     return sorted(files)
 
 

@@ -183,3 +183,15 @@ def test_progress_reports_steps_and_records_their_time() -> None:
     assert lines[1].startswith("[python] rootfs: done in ")
     assert lines[-1].startswith("[python] import: failed after ")
     assert set(progress.timings["python"]) == {"rootfs"}
+
+
+def test_shared_build_steps_are_in_every_context_and_hash(image_dir: Path) -> None:
+    shared = image_dir.parent / "_shared"
+    shared.mkdir()
+    (shared / "install-packages.sh").write_text("echo one\n")
+    spec = load_spec(image_dir)
+    assert ("_shared/install-packages.sh", shared / "install-packages.sh") in context_files(spec)
+    before = content_hash(spec)
+    (shared / "install-packages.sh").write_text("echo two\n")
+    assert content_hash(load_spec(image_dir)) != before
+    assert list(discover(image_dir.parent)) == ["python"]  # _shared is not an image
