@@ -87,10 +87,8 @@ class Services:
             await self.agent.cancel(record.id)
         with contextlib.suppress(Exception):
             await self.executor.cancel_session(record.id)
-        release = getattr(self.backend, "release_session", None)  # warm containers
-        if release is not None:
-            with contextlib.suppress(Exception):
-                await release(record.id)
+        with contextlib.suppress(Exception):
+            await self.backend.release_session(record.id)  # its warm containers
         await self.store.delete_session(record.tenant_id, record.id)
         await self.tools.notes.drop_session(record.tenant_id, record.id)
         await asyncio.to_thread(self.workspaces.remove, record.tenant_id, record.id)

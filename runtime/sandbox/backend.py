@@ -26,6 +26,10 @@ class SandboxBackend(Protocol):
         """Kill the container of a running execution (cancellation); no-op when done."""
         ...
 
+    async def release_session(self, session: str) -> None:
+        """Drop whatever the backend keeps for a session (e.g. warm containers)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -103,6 +103,9 @@ class FakeBackend:
         if event is not None:
             event.set()
 
+    async def release_session(self, session: str) -> None:
+        """The fake keeps nothing per session."""
+
     async def close(self) -> None:
         self.closed = True
         for event in self._running.values():

@@ -72,6 +72,7 @@ def _probe_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
     memory = str(PROBE_LIMITS.memory_mb * 1024 * 1024)
     workspace = set(report["workspace"])  # type: ignore[call-overload]
     tmp = set(report["tmp"])  # type: ignore[call-overload]
+    landlock = report.get("landlock_abi")
     return [
         check("no capabilities (CapEff 0)", report["CapEff"] == "0" * 16, report["CapEff"]),
         check("empty bounding set (CapBnd 0)", report["CapBnd"] == "0" * 16, report["CapBnd"]),
@@ -101,8 +102,8 @@ def _probe_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
         check("workspace nosuid,nodev", {"nosuid", "nodev"} <= workspace, sorted(workspace)),
         check(  # the CAD tools confine OpenSCAD with it and refuse to run without it
             "Landlock available (OpenSCAD file confinement)",
-            isinstance(report.get("landlock_abi"), int) and report["landlock_abi"] >= 1,
-            f"ABI {report.get('landlock_abi')}",
+            isinstance(landlock, int) and landlock >= 1,
+            f"ABI {landlock}",
         ),
     ]
 
