@@ -130,7 +130,8 @@ def classify(st: os.stat_result, shown: str) -> Kind:
     if stat.S_ISDIR(st.st_mode):
         return "dir"
     if stat.S_ISREG(st.st_mode):
-        if st.st_nlink != 1:
+        # nlink 0 is a file replaced after we opened it: a complete old version, no link.
+        if st.st_nlink > 1:
             raise InvalidPath(f"invalid path: hard-linked files are not allowed: {shown}")
         return "file"
     if stat.S_ISLNK(st.st_mode):

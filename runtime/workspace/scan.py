@@ -63,7 +63,7 @@ def walk(resolver: Resolver, dir_fd: int, prefix: str, max_entries: int) -> Iter
                 finally:
                     os.close(child)
             else:
-                listable = ok and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+                listable = ok and stat.S_ISREG(st.st_mode) and st.st_nlink <= 1
                 yield Found(path, st, listable)
 
     yield from visit(dir_fd, prefix, prefix.count("/") + (1 if prefix else 0), True)

@@ -180,6 +180,25 @@ def test_concurrent_readers_never_see_torn_file(ws: Workspace) -> None:
 
 # -- limits --------------------------------------------------------------------------------
 
+def test_file_replaced_after_open_is_still_a_file(tmp_path: Path) -> None:
+    """A reader racing an atomic replace holds a file whose link count is 0, not a hard link."""
+    from runtime.workspace.fs import classify
+
+    target = tmp_path / "f"
+    target.write_bytes(b"old")
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        target.unlink()
+        assert os.fstat(fd).st_nlink == 0
+        assert classify(os.fstat(fd), "f") == "file"
+    finally:
+        os.close(fd)
+    (tmp_path / "a").write_bytes(b"x")
+    os.link(tmp_path / "a", tmp_path / "b")
+    with pytest.raises(InvalidPath, match="hard-linked"):
+        classify(os.stat(tmp_path / "a"), "a")
+
+
 def test_upload_limit(tmp_path: Path) -> None:
     _, root, ws = _ws(tmp_path, max_file_bytes=1000)
     with ws:
