@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -60,6 +60,14 @@ class Settings(BaseSettings):
         1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
     warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")
     warm_per_tenant: int = Field(8, ge=0, description="Warm containers one tenant may hold.")
+    egress_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        [80, 443], description="Ports the egress proxy may connect to (JSON list).")
+    egress_max_connections: int = Field(
+        32, ge=1, le=4096, description="Egress connections one execution may hold open.")
+    egress_idle_s: float = Field(
+        60.0, gt=0, description="An egress connection without traffic this long is closed.")
+    egress_allow_loopback: bool = Field(
+        False, description="Tests only: the egress proxy may reach 127.0.0.0/8 and ::1.")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
                      "persona", mode="before")
