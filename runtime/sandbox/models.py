@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runtime.egress.report import EgressReport
 
 MiB = 1024 * 1024
 
@@ -49,11 +51,21 @@ class ExecRequest(BaseModel):
     workdir: str = "/workspace"
     mounts: list[Mount] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
-    network: Literal["none"] = "none"
+    network: Literal["none", "egress"] = Field(
+        "none", description="the container's network is always none; egress: through the "
+        "execution's allowlisting proxy (runtime/egress), for egress_allowlist only")
+    egress_allowlist: list[str] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     exec_id: str = Field(pattern=SAFE_ID_PATTERN)
     tenant: str = "local"
     session: str = Field("local", pattern=SAFE_ID_PATTERN)
+
+
+    @model_validator(mode="after")
+    def _egress_needs_a_list(self) -> ExecRequest:
+        if (self.network == "egress") != bool(self.egress_allowlist):
+            raise ValueError("network egress goes with a non-empty egress_allowlist, none without")
+        return self
 
 
 class OutputChunk(BaseModel):
@@ -77,6 +89,7 @@ class ExecResult(BaseModel):
     image_digest: str | None = None
     stdout_size: int = Field(0, description="bytes produced before truncation")
     stderr_size: int = 0
+    egress: EgressReport | None = Field(None, description="what egress did (network egress)")
     artifacts: list[str] = Field(
         default_factory=list,
         description="host paths of full outputs kept on truncation, outside the workspace "

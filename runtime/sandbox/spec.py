@@ -10,6 +10,9 @@ an insecure spec cannot even be constructed:
     no-new-privileges · project seccomp profile · non-root uid:gid · read-only root
     /tmp tmpfs rw,noexec,nosuid,nodev,size=… · HOME=/tmp · pids · memory = memory+swap
     cpus · ulimits nofile/fsize/core=0 · --init · log driver none · navi.* labels
+
+Egress (``network == "egress"``) never adds a network: only the execution's proxy socket,
+read-only at ``/run/navi/egress.sock``, the proxy environment and the ``navi-egress`` entry.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.egress import CONTAINER_SOCKET, container_env
+from runtime.egress import ENTRY as EGRESS_ENTRY
 from runtime.errors import InvalidInput
 from runtime.sandbox.models import ExecRequest, MiB
 
@@ -205,6 +210,17 @@ def build_mounts(request: ExecRequest, workspaces_root: Path) -> tuple[BindMount
     return tuple(mounts)
 
 
+def egress_mount(socket_path: Path, others: tuple[BindMount, ...]) -> BindMount:
+    """The execution's egress proxy socket, read-only at ``CONTAINER_SOCKET`` (connect()
+    needs no write access to the mount; the directory above it is root's, 0755)."""
+    st = os.lstat(socket_path)
+    if not stat.S_ISSOCK(st.st_mode) or os.path.realpath(socket_path) != str(socket_path):
+        raise InvalidInput(f"egress socket {socket_path} is not a socket")
+    if any(_overlaps(CONTAINER_SOCKET, m.target) for m in others):
+        raise InvalidInput(f"a mount overlaps the egress socket at {CONTAINER_SOCKET}")
+    return BindMount(source=str(socket_path), target=CONTAINER_SOCKET, read_only=True)
+
+
 def build_labels(request: ExecRequest, *, instance_id: str, lease_until: int) -> dict[str, str]:
     for key in request.labels:
         if not LABEL_KEY_RE.fullmatch(key) or key.startswith("navi."):
@@ -228,16 +244,26 @@ def build_spec(
     instance_id: str,
     lease_until: int,
     workspaces_root: Path,
+    egress_socket: Path | None = None,
 ) -> ContainerSpec:
+    """``egress_socket``: the execution's proxy socket, required iff ``network == "egress"``;
+    it adds the socket mount, the proxy environment and the ``navi-egress`` entry to argv."""
     limits = request.limits
+    argv, env = tuple(request.argv), sandbox_env(request.env)
+    mounts = build_mounts(request, workspaces_root)
+    if (request.network == "egress") != (egress_socket is not None):
+        raise InvalidInput("network egress needs the execution's egress proxy socket")
+    if egress_socket is not None:
+        mounts += (egress_mount(egress_socket, mounts),)
+        env, argv = {**env, **container_env()}, (EGRESS_ENTRY, *argv)
     return ContainerSpec(
         image=image_id,
-        argv=tuple(request.argv),
-        env=sandbox_env(request.env),
+        argv=argv,
+        env=env,
         workdir=request.workdir if request.workspace is not None else "/tmp",
         user=f"{sandbox_uid}:{sandbox_uid}",
         labels=build_labels(request, instance_id=instance_id, lease_until=lease_until),
-        mounts=build_mounts(request, workspaces_root),
+        mounts=mounts,
         seccomp_profile=seccomp_profile,
         memory_bytes=limits.memory_mb * MiB,
         pids_limit=limits.pids,

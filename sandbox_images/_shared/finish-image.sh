@@ -1,8 +1,11 @@
 #!/bin/sh
 # Shared by every sandbox image, as its last root step: no setuid/setgid file may remain (a
-# test checks), the working directory exists for any uid, and the build's scratch is gone.
+# test checks), the working directory exists for any uid, the egress entry is installed
+# (navi-egress: relays 127.0.0.1:3128 to the egress proxy socket when a call has egress), and
+# the build's scratch is gone.
 set -eu
 find / -xdev -perm /6000 -exec chmod ug-s {} +
 mkdir -p /workspace
 chmod 0777 /workspace
+install -m 0755 "$(dirname "$0")/navi-egress" /usr/local/bin/navi-egress
 rm -rf /tmp/navi-build /root/.cache /root/.config
