@@ -20,6 +20,11 @@ the call ends at the runner's end trailers. Each warm container serves one call 
 removed after it (off the call's path); after each call the session's next one is launched
 in the background. ``release_session`` drops a session's, ``close`` all.
 
+Egress (``request.network == "egress"``): the call gets its own ``runtime.egress`` proxy,
+started before the container is created and closed when the call ends; its socket is mounted
+into the container (the network stays ``none``) and the call always runs cold. The result
+carries the proxy's report (``ExecResult.egress``).
+
 ``on_output`` gets each stream live up to ``limits.output_bytes`` (what an API client can
 use); past the cap the result keeps head + tail and the artifact the whole stream.
 """
@@ -44,6 +49,7 @@ from docker.utils import kwargs_from_env
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.config import Settings
+from runtime.egress import EgressConfig, egress_proxy
 from runtime.errors import EngineUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
@@ -87,6 +93,7 @@ class DockerBackendConfig(BaseModel):
     warm: WarmPoolConfig = Field(
         default_factory=WarmPoolConfig, description="warm containers (size 0: every call cold)"
     )
+    egress: EgressConfig = Field(default_factory=EgressConfig, description="egress proxies")
 
     @property
     def artifacts_dir(self) -> Path:
@@ -102,6 +109,7 @@ class DockerBackendConfig(BaseModel):
             "workspaces_root": settings.workspaces_dir.resolve(),
             "sandbox_uid": settings.sandbox_uid,
             "lease_grace_s": settings.lease_grace_s,
+            "egress": EgressConfig.from_settings(settings),
         }
         if warm_pool:
             values["warm"] = WarmPoolConfig(
@@ -287,7 +295,9 @@ class DockerBackend(WarmLaunchMixin):
                 state = self.api.inspect_container(container)["State"]
         return dict(state)
 
-    def _spec(self, request: ExecRequest, image_id: str) -> ContainerSpec:
+    def _spec(
+        self, request: ExecRequest, image_id: str, egress: Path | None = None
+    ) -> ContainerSpec:
         lease_until = int(time.time() + request.limits.timeout_s + self.config.lease_grace_s) + 1
         return build_spec(
             request,
@@ -297,19 +307,32 @@ class DockerBackend(WarmLaunchMixin):
             instance_id=self.instance_id,
             lease_until=lease_until,
             workspaces_root=self.config.workspaces_root,
+            egress_socket=egress,
         )
 
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None
+    ) -> ExecResult:
+        if request.network == "egress":  # its proxy lives exactly as long as the call
+            async with egress_proxy(request.egress_allowlist, self.config.egress,
+                                    self.config.data_dir / "egress",
+                                    exec_id=request.exec_id) as proxy:
+                result = await self._run_call(request, on_output, proxy.socket_path)
+            return result.model_copy(update={"egress": proxy.report()})
+        return await self._run_call(request, on_output, None)
+
+    async def _run_call(
+        self, request: ExecRequest, on_output: OutputCallback | None, egress: Path | None
     ) -> ExecResult:
         await self.start()
         started = time.monotonic()
         deadline = started + request.limits.timeout_s
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
         image_id = await self._call(self._image_id, request.image)
-        spec = self._spec(request, image_id)
+        spec = self._spec(request, image_id, egress)
         self._prepare_workspace(request.workspace)
-        key = f"{warm_key(spec)}:{request.limits.timeout_s}" if self.warm.enabled else None
+        cold = not self.warm.enabled or egress is not None  # warm ones are made without a socket
+        key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"
         warm = await self.warm.take(key) if key is not None else None
         if warm is not None:
             container, attached = warm.id, warm.attached
