@@ -38,9 +38,12 @@ this process has seen and approved (per tenant and tool), so `ask: first_use` an
 `ask: hash_change` work without the caller keeping state. Approvals are recorded as
 ``approval`` records; the memory is not persisted (after a restart, the policy asks again).
 
-Network: the only network mode sandboxes get is ``none``; a policy granting egress is
-recorded in the audit (``limits``) but still runs with no network until the egress proxy
-exists. That can only be tighter than the policy.
+Network: a sandbox's network mode is always ``none``. When the decision grants egress (a
+non-empty ``egress_allowlist``), the request says ``network="egress"`` with that list and the
+backend runs the call with its own allowlisting proxy (``runtime/egress``) reached over a
+unix socket mounted into the container: the only way out, for those names only. The grant is
+in the intent's ``limits``; what was allowed and refused is in ``ExecResult.egress`` and, one
+line, in the outcome's ``detail`` (``egress: allowed pypi.org:443 x2; refused …``).
 """
 
 from __future__ import annotations
@@ -113,6 +116,13 @@ class ExecOutcome(BaseModel):
             "duration_ms": r.duration_ms, "exec_id": self.exec_id, "audit_seq": self.audit_seq,
             "timeout_s": self.timeout_s,
         }
+
+
+def _outcome_detail(killed: str | None, result: ExecResult) -> str | None:
+    parts = [f"killed: {killed}"] if killed else []
+    if result.egress is not None:
+        parts.append(result.egress.summary())
+    return "; ".join(parts) or None
 
 
 class Executor:
@@ -221,8 +231,10 @@ class Executor:
         request = ExecRequest(
             image=image, argv=invocation.argv, stdin=invocation.stdin, env=invocation.env,
             workspace=invocation.workspace, workdir=invocation.workdir,
-            mounts=invocation.mounts, limits=decision.limits, network="none",
-            exec_id=exec_id, tenant=subject.tenant, session=subject.session,
+            mounts=invocation.mounts, limits=decision.limits,
+            network="egress" if decision.egress_allowlist else "none",
+            egress_allowlist=decision.egress_allowlist, exec_id=exec_id,
+            tenant=subject.tenant, session=subject.session,
         )
         limits = {**decision.limits.model_dump(), "network": decision.network,
                   "egress": decision.egress_allowlist}
@@ -256,7 +268,7 @@ class Executor:
             stdout_size=result.stdout_size or len(result.stdout),
             stderr_sha256=sha256_hex(result.stderr),
             stderr_size=result.stderr_size or len(result.stderr),
-            duration_ms=result.duration_ms, detail=f"killed: {why}" if why else None, **common))
+            duration_ms=result.duration_ms, detail=_outcome_detail(why, result), **common))
         log.info("exec_done", tool=action.tool, exit_code=result.exit_code,
                  duration_ms=result.duration_ms, audit_seq=record.seq)
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
