@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.config import Settings
 from runtime.egress import EgressConfig, egress_proxy
+from runtime.egress.proxy import Resolver
 from runtime.errors import EngineUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
@@ -134,6 +135,7 @@ class DockerBackend(WarmLaunchMixin):
         self.workspaces_root_state: HardenState | None = None
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
+        self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
 
     @classmethod
     def from_settings(
@@ -316,7 +318,8 @@ class DockerBackend(WarmLaunchMixin):
         if request.network == "egress":  # its proxy lives exactly as long as the call
             async with egress_proxy(request.egress_allowlist, self.config.egress,
                                     self.config.data_dir / "egress",
-                                    exec_id=request.exec_id) as proxy:
+                                    exec_id=request.exec_id,
+                                    resolver=self.egress_resolver) as proxy:
                 result = await self._run_call(request, on_output, proxy.socket_path)
             return result.model_copy(update={"egress": proxy.report()})
         return await self._run_call(request, on_output, None)
