@@ -1,13 +1,17 @@
 """The egress proxy against real loopback servers (no traffic leaves 127.0.0.1).
 
 Names that must be refused are refused before any lookup (the resolver records every call);
-allowed names are ``localhost`` only, which resolves to loopback.
+allowed names are ``localhost`` only. The resolver is a fixed table (``localhost`` ->
+127.0.0.1), so no test, even one run with a protection switched off, ever sends a DNS query.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import os
+import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,14 +24,26 @@ from runtime.egress.rules import IPAddress
 
 
 class Recorder:
-    """The system resolver, counting its calls (so a test can say "no DNS lookup")."""
+    """A resolver with a fixed table, counting its calls (so a test can say "no lookup")."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
 
     async def __call__(self, host: str, port: int) -> list[IPAddress]:
         self.calls.append(host)
-        return await system_resolver(host, port)
+        if host == "localhost":
+            return [ipaddress.ip_address("127.0.0.1")]
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def open_proxy(allow: list[str], config: EgressConfig, directory: Path, *,
+               resolver: Recorder | None = None) -> contextlib.AbstractAsyncContextManager[
+                   EgressProxy]:
+    return egress_proxy(allow, config, directory, resolver=resolver or Recorder())
+
+
+async def test_the_system_resolver_reads_localhost_from_the_hosts_file() -> None:
+    assert ipaddress.ip_address("127.0.0.1") in await system_resolver("localhost", 80)
 
 
 class Upstream:
@@ -94,7 +110,7 @@ async def ask(proxy: EgressProxy, head: str) -> tuple[bytes, asyncio.StreamReade
 
 
 async def test_connect_tunnels_bytes_to_an_allowed_name(tmp_path: Path, upstream: Upstream) -> None:
-    async with egress_proxy(["localhost"], config_for(upstream), tmp_path) as proxy:
+    async with open_proxy(["localhost"], config_for(upstream), tmp_path) as proxy:
         status, reader, writer = await ask(
             proxy, f"CONNECT localhost:{upstream.port} HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 200")
@@ -108,7 +124,7 @@ async def test_connect_tunnels_bytes_to_an_allowed_name(tmp_path: Path, upstream
 
 
 async def test_plain_http_is_forwarded_in_origin_form(tmp_path: Path, upstream: Upstream) -> None:
-    async with egress_proxy(["localhost"], config_for(upstream), tmp_path) as proxy:
+    async with open_proxy(["localhost"], config_for(upstream), tmp_path) as proxy:
         _, reader, writer = await ask(
             proxy, f"GET http://LOCALHOST:{upstream.port}/a/b?c=1 HTTP/1.1\r\n"
             "Host: evil.example\r\nProxy-Authorization: secret\r\nProxy-Connection: keep-alive"
@@ -127,7 +143,7 @@ async def test_a_name_not_allowed_is_refused_before_any_lookup(
     """Red if the allowlist check is skipped (the name would be looked up)."""
     resolver = Recorder()
     with capture_logs() as logs:
-        async with egress_proxy(["localhost"], config_for(upstream), tmp_path,
+        async with open_proxy(["localhost"], config_for(upstream), tmp_path,
                                 resolver=resolver) as proxy:
             for target in (f"not-allowed.invalid:{upstream.port}",
                            f"127.0.0.1:{upstream.port}", f"[::1]:{upstream.port}",
@@ -147,7 +163,7 @@ async def test_loopback_is_refused_unless_the_test_setting_is_on(
 ) -> None:
     """Red if resolved addresses were not checked: localhost is allowlisted by name."""
     config = EgressConfig(ports=(upstream.port,))  # allow_loopback off: production
-    async with egress_proxy(["localhost", "127.0.0.1"], config, tmp_path) as proxy:
+    async with open_proxy(["localhost", "127.0.0.1"], config, tmp_path) as proxy:
         for target in ("localhost", "127.0.0.1"):
             status, reader, writer = await ask(
                 proxy, f"CONNECT {target}:{upstream.port} HTTP/1.1\r\n\r\n")
@@ -158,7 +174,7 @@ async def test_loopback_is_refused_unless_the_test_setting_is_on(
 
 
 async def test_unresolvable_and_bad_requests(tmp_path: Path, upstream: Upstream) -> None:
-    async with egress_proxy(["nothing.invalid", "localhost"], config_for(upstream),
+    async with open_proxy(["nothing.invalid", "localhost"], config_for(upstream),
                             tmp_path) as proxy:
         status, _, w = await ask(proxy, f"CONNECT nothing.invalid:{upstream.port} HTTP/1.1\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 502")
@@ -177,7 +193,7 @@ async def test_unresolvable_and_bad_requests(tmp_path: Path, upstream: Upstream)
 
 async def test_connections_are_bounded(tmp_path: Path, upstream: Upstream) -> None:
     config = config_for(upstream, max_connections=2)
-    async with egress_proxy(["localhost"], config, tmp_path) as proxy:
+    async with open_proxy(["localhost"], config, tmp_path) as proxy:
         opened = [await ask(proxy, f"CONNECT localhost:{upstream.port} HTTP/1.1\r\n\r\n")
                   for _ in range(2)]
         status, _, w = await ask(proxy, f"CONNECT localhost:{upstream.port} HTTP/1.1\r\n\r\n")
@@ -191,7 +207,7 @@ async def test_idle_tunnels_are_closed_and_close_cuts_the_rest(
     tmp_path: Path, upstream: Upstream
 ) -> None:
     config = config_for(upstream, idle_s=0.3)
-    async with egress_proxy(["localhost"], config, tmp_path) as proxy:
+    async with open_proxy(["localhost"], config, tmp_path) as proxy:
         status, reader, w1 = await ask(proxy, f"CONNECT localhost:{upstream.port} HTTP/1.1\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 200")
         assert await asyncio.wait_for(reader.read(), 3) == b""  # closed by the idle timeout
@@ -206,7 +222,7 @@ async def test_idle_tunnels_are_closed_and_close_cuts_the_rest(
 
 async def test_the_socket_is_private_on_the_host_and_long_paths_work(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 120)
-    async with egress_proxy(["localhost"], EgressConfig(), deep) as proxy:
+    async with open_proxy(["localhost"], EgressConfig(), deep) as proxy:
         assert proxy.socket_path is not None and proxy.socket_path.parent == deep
         assert len(str(proxy.socket_path)) > 108
         assert stat.S_ISSOCK(os.lstat(proxy.socket_path).st_mode)
