@@ -1,10 +1,10 @@
 """The write-ahead, hash-chained audit log: ``<data_dir>/audit.sqlite3`` plus ``audit.jsonl``.
 
-One writer at a time: an ``asyncio.Lock`` inside the process, and across processes the
-mirror's ``flock`` around ``BEGIN IMMEDIATE … COMMIT`` (``synchronous=FULL``, WAL) and the
-mirror write (fsync). So ``seq`` is gap-free and ``append`` returns only once the record is
-durable in both places. Any failure to write is ``AuditUnavailable``: callers must not run
-anything (fail closed).
+One writer at a time: an ``asyncio.Lock`` and one writer thread (``runtime.audit.writer``)
+inside the process, and across processes the mirror's ``flock`` around ``BEGIN IMMEDIATE …
+COMMIT`` (``synchronous=FULL``, WAL) and the mirror write (fsync). So ``seq`` is gap-free
+and ``append`` returns only once the record is durable in both places. Any failure to write
+is ``AuditUnavailable``: callers must not run anything (fail closed).
 
 Crash recovery: every process holds an exclusive lock on
 ``audit.instances/<instance>.lock`` while the log is open. At open, an ``intent`` with no
@@ -27,21 +27,17 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
 import aiosqlite
 
 from runtime.audit.mirror import Mirror, fsync_dir
-from runtime.audit.records import (
-    GENESIS_HASH,
-    AuditEntry,
-    AuditRecord,
-    canonical_json,
-    record_hash,
-    utc_now,
-)
+from runtime.audit.records import GENESIS_HASH, AuditEntry, AuditRecord, canonical_json
 from runtime.audit.signing import Checkpoint, Signer
+from runtime.audit.writer import COLUMNS, ChainWriter
 from runtime.errors import AuditUnavailable, ConfigError
 from runtime.logging import get_logger
 
@@ -69,8 +65,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     ts TEXT NOT NULL, key_id TEXT NOT NULL, signature TEXT NOT NULL
 );
 """
-COLUMNS = ("seq", "ts", "kind", "tenant", "session", "exec_id", "tool", "instance",
-           "prev_hash", "hash")
+__all__ = ["AuditLog", "CHECKPOINT_NAME", "COLUMNS", "DB_NAME", "MIRROR_NAME"]
+T = TypeVar("T")
 _OPEN_INTENTS = """
 SELECT body FROM audit AS a WHERE a.kind = 'intent' AND NOT EXISTS (
     SELECT 1 FROM audit AS b WHERE b.exec_id = a.exec_id AND b.kind IN ('outcome', 'interrupted')
@@ -94,7 +90,9 @@ class AuditLog:
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = checkpoint_interval_s
         self._lock = asyncio.Lock()
-        self._db: aiosqlite.Connection | None = None
+        self._db: aiosqlite.Connection | None = None  # reads
+        self._writer: ChainWriter | None = None  # writes, on its own thread
+        self._write_thread: ThreadPoolExecutor | None = None
         self._mirror = Mirror(self.data_dir / MIRROR_NAME)
         self._signer: Signer | None = None
         self._instance_fd: int | None = None
@@ -150,6 +148,9 @@ class AuditLog:
             ) as cur:
                 row = await cur.fetchone()
             self._last_cp_seq = row[0] if row else 0
+            self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="navi-audit-writer")
+            self._writer = await self._on_writer(
+                ChainWriter, self.db_path, self._mirror, self.instance)
             await self._recover()
         except (OSError, sqlite3.Error) as exc:
             await self._teardown()
@@ -172,6 +173,15 @@ class AuditLog:
             await self._teardown()
 
     async def _teardown(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                await self._on_writer(writer.close)
+            except sqlite3.Error:
+                pass
+        if self._write_thread is not None:
+            self._write_thread.shutdown(wait=True)
+            self._write_thread = None
         if self._db is not None:
             db, self._db = self._db, None
             try:
@@ -265,60 +275,26 @@ class AuditLog:
             raise AuditUnavailable("audit log is not open")
         return self._db
 
-    async def _write_locked(self, entries: list[AuditEntry]) -> list[AuditRecord]:
-        db = self._require_db()
-        try:
-            mirror_seq = await asyncio.to_thread(self._mirror.lock)
-        except OSError as exc:
-            raise AuditUnavailable(f"audit mirror unavailable: {exc.strerror}") from None
-        try:
-            records, lines = await self._commit(db, entries, mirror_seq)
-            if lines:
-                await asyncio.to_thread(self._mirror.write, lines)
-        except (OSError, sqlite3.Error) as exc:
-            raise AuditUnavailable(f"audit store write failed: {exc}") from None
-        finally:
-            await asyncio.to_thread(self._mirror.unlock)
-        return records
+    def _require_writer(self) -> ChainWriter:
+        if self._writer is None:
+            raise AuditUnavailable("audit log is not open")
+        return self._writer
 
-    async def _commit(
-        self, db: aiosqlite.Connection, entries: list[AuditEntry], mirror_seq: int | None
-    ) -> tuple[list[AuditRecord], list[str]]:
-        """Insert the entries in one transaction; returns them and the mirror lines to write."""
-        await db.execute("BEGIN IMMEDIATE")
+    async def _on_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        assert self._write_thread is not None
+        return await asyncio.get_running_loop().run_in_executor(self._write_thread, fn, *args)
+
+    async def _write_locked(self, entries: list[AuditEntry]) -> list[AuditRecord]:
+        writer = self._require_writer()
         try:
-            async with db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1") as cur:
-                row = await cur.fetchone()
-            seq, prev = (row[0], row[1]) if row else (0, GENESIS_HASH)
-            lines: list[str] = []  # back-fill first: what the mirror lacks
-            if mirror_seq is not None and mirror_seq < seq:
-                async with db.execute(
-                    "SELECT body FROM audit WHERE seq > ? ORDER BY seq", (mirror_seq,)
-                ) as cur:
-                    lines = [r[0] for r in await cur.fetchall()]
-            records = []
-            for entry in entries:
-                seq += 1
-                body = entry.model_dump(mode="json")
-                body.update(seq=seq, ts=utc_now(), instance=self.instance, prev_hash=prev)
-                body["hash"] = prev = record_hash(body)
-                text = canonical_json(body)
-                await db.execute(
-                    "INSERT INTO audit (seq, ts, kind, tenant, session, exec_id, tool, instance,"
-                    " prev_hash, hash, body) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    tuple(body[c] for c in COLUMNS) + (text,),
-                )
-                records.append(AuditRecord.model_validate(body))
-                lines.append(text)
-            await db.execute("COMMIT")
-        except BaseException:
-            try:
-                await db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        self._head = (seq, prev)
-        return records, lines
+            records = await self._on_writer(writer.append, entries)
+        except OSError as exc:
+            raise AuditUnavailable(f"audit store write failed: {exc.strerror or exc}") from None
+        except sqlite3.Error as exc:
+            raise AuditUnavailable(f"audit store write failed: {exc}") from None
+        if records:
+            self._head = (records[-1].seq, records[-1].hash)
+        return records
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -327,21 +303,20 @@ class AuditLog:
             return await self._checkpoint_locked()
 
     async def _checkpoint_locked(self) -> Checkpoint:
-        db = self._require_db()
+        writer = self._require_writer()
         assert self._signer is not None
+        signer = self._signer
+
+        def checkpoint() -> Checkpoint:
+            cp = writer.checkpoint(signer.sign)
+            self._write_checkpoint_file(cp)
+            return cp
+
         try:
-            async with db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1") as cur:
-                row = await cur.fetchone()
-            seq, head = (row[0], row[1]) if row else (0, GENESIS_HASH)
-            cp = self._signer.sign(seq, head, utc_now())
-            await db.execute(
-                "INSERT INTO checkpoints (seq, hash, ts, key_id, signature) VALUES (?,?,?,?,?)",
-                (cp.seq, cp.hash, cp.ts, cp.key_id, cp.signature),
-            )
-            await asyncio.to_thread(self._write_checkpoint_file, cp)
+            cp = await self._on_writer(checkpoint)
         except (OSError, sqlite3.Error) as exc:
             raise AuditUnavailable(f"audit checkpoint failed: {exc}") from None
-        self._last_cp_seq, self._last_cp_time = seq, time.monotonic()
+        self._last_cp_seq, self._last_cp_time = cp.seq, time.monotonic()
         return cp
 
     def _write_checkpoint_file(self, cp: Checkpoint) -> None:

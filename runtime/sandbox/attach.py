@@ -6,14 +6,16 @@ followed by ``size`` bytes, with type 1 = stdout, 2 = stderr. Stdin is written a
 half-closed (``shutdown(SHUT_WR)``); with ``StdinOnce`` the engine then closes the program's
 stdin, so it sees EOF. The stream ends (EOF) when the container exits or is killed.
 
-Reading and writing block, so each runs in its own dedicated thread (not a pool worker: a
-long call must never starve the threads that would kill it). ``in_thread`` bridges a thread
-back to the event loop as a future.
+Reading and writing block, so each runs in a thread of its own (never queued behind other
+work: a long call must never starve the threads that would kill it). ``in_thread`` bridges
+it back to the event loop as a future; finished threads wait a while for the next job, so
+a call does not pay for starting two threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import socket
 import threading
 from collections.abc import Callable
@@ -38,8 +40,47 @@ def raw_socket(attached: Any) -> socket.socket:
     return sock
 
 
+class DaemonThreads:
+    """Daemon threads reused for blocking jobs: a job starts at once on an idle thread or a
+    new one (never queued behind another job); idle threads exit after ``idle_s``. Daemon, so
+    a socket left blocking can never hold up the interpreter's exit."""
+
+    def __init__(self, idle_s: float = 30.0) -> None:
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+
+    def submit(self, job: Callable[[], None], name: str) -> None:
+        with self._lock:
+            if self._idle:  # that thread is promised this job
+                self._idle -= 1
+                self._jobs.put((job, name))
+                return
+        threading.Thread(target=self._work, args=(job, name), name=name, daemon=True).start()
+
+    def _work(self, job: Callable[[], None], name: str) -> None:
+        while True:
+            threading.current_thread().name = name
+            job()
+            with self._lock:
+                self._idle += 1
+            try:
+                job, name = self._jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:  # a job handed over just as we timed out is still ours
+                    try:
+                        job, name = self._jobs.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        return
+
+
+_threads = DaemonThreads()
+
+
 def in_thread(fn: Callable[..., T], *args: Any, name: str) -> asyncio.Future[T]:
-    """Run ``fn(*args)`` in a new daemon thread; the returned future resolves on the loop."""
+    """Run ``fn(*args)`` on a daemon thread of its own; the future resolves on the loop."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
@@ -62,7 +103,7 @@ def in_thread(fn: Callable[..., T], *args: Any, name: str) -> asyncio.Future[T]:
         except RuntimeError:  # loop already closed: nobody is waiting any more
             pass
 
-    threading.Thread(target=target, name=name, daemon=True).start()
+    _threads.submit(target, name)
     return future
 
 
