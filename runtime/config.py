@@ -60,6 +60,7 @@ class Settings(BaseSettings):
         1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
     warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")
     warm_per_tenant: int = Field(8, ge=0, description="Warm containers one tenant may hold.")
+    warm_total: int = Field(64, ge=0, description="Warm containers the whole server may hold.")
     egress_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         [80, 443], description="Ports the egress proxy may connect to (JSON list).")
     egress_max_connections: int = Field(

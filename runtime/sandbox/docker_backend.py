@@ -117,6 +117,7 @@ class DockerBackendConfig(BaseModel):
                 size=settings.warm_pool_size,
                 idle_s=settings.warm_idle_s,
                 per_tenant=settings.warm_per_tenant,
+                total=settings.warm_total,
             )
         return cls(**{**values, **overrides})
 

@@ -10,7 +10,8 @@ Rules:
   container never serves two calls. With none ready it waits for one being launched for
   that class (unclaimed), else returns None (the call runs cold).
 - ``replenish`` (after a call) launches in the background up to ``size`` per class, never
-  more than ``per_tenant`` held (ready or launching) by one tenant.
+  more than ``per_tenant`` held (ready or launching) by one tenant nor ``total`` by the
+  whole server (a lab server's many sessions must not pin unbounded memory).
 - A ready container idle for ``idle_s`` is removed; ``release_session`` removes a session's,
   ``close`` all. Each carries a lease label (idle + timeout + grace) so the reaper removes it
   if the supervisor dies.
@@ -46,6 +47,7 @@ class WarmPoolConfig(BaseModel):
     size: int = Field(0, ge=0, le=16, description="ready containers per session and class")
     idle_s: float = Field(60.0, gt=0, description="an unused ready container is removed after")
     per_tenant: int = Field(8, ge=0, description="warm containers one tenant may hold")
+    total: int = Field(64, ge=0, description="warm containers the whole server may hold")
     ready_timeout_s: float = Field(10.0, gt=0, description="start → runner ready, at most")
     retry_after_s: float = Field(60.0, ge=0, description="pause for a class whose launch failed")
 
@@ -152,7 +154,8 @@ class WarmPool:
         have = len(self._ready.get(key, ())) + sum(
             1 for launch in self._launching.get(key, []) if not launch.claimed
         )
-        while have < self.config.size and self._held[tenant] < self.config.per_tenant:
+        while (have < self.config.size and self._held[tenant] < self.config.per_tenant
+               and self._held.total() < self.config.total):
             launch = _Launch(session, tenant, self._generation[session])
             self._held[tenant] += 1
             self._launching.setdefault(key, []).append(launch)

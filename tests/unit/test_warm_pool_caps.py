@@ -1,0 +1,55 @@
+"""Warm pool caps: per tenant and for the whole server (the pool's launch/discard are its
+engine boundary; the real launch is covered by tests/docker/test_warm.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from runtime.sandbox.spec import ContainerSpec
+from runtime.sandbox.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
+
+
+def _spec(session: str, tenant: str) -> ContainerSpec:
+    return ContainerSpec(
+        image="sha256:" + "0" * 64, argv=["true"], env={}, workdir="/workspace",
+        user="65534:65534", labels={"navi.session": session, "navi.tenant": tenant},
+        seccomp_profile="{}", memory_bytes=1 << 28, pids_limit=64, nano_cpus=10**9,
+        tmp_bytes=1 << 26, nofile=256, fsize_bytes=1 << 26,
+    )
+
+
+async def _fill(config: WarmPoolConfig, sessions: list[tuple[str, str]]) -> WarmPool:
+    async def launch(spec: ContainerSpec, key: str) -> WarmContainer:
+        return WarmContainer(id=f"c-{key[:8]}", key=key, session=spec.labels["navi.session"],
+                             tenant=spec.labels["navi.tenant"], image_id=spec.image,
+                             attached=None)
+
+    async def discard(container: WarmContainer) -> None:
+        return None
+
+    pool = WarmPool(config, launch, discard)
+    for session, tenant in sessions:
+        spec = _spec(session, tenant)
+        pool.replenish(warm_key(spec), spec, session, tenant)
+    await asyncio.sleep(0.05)
+    return pool
+
+
+async def test_total_caps_the_server(tmp_path: Path) -> None:
+    sessions = [(f"s{i}", f"t{i}") for i in range(5)]
+    pool = await _fill(WarmPoolConfig(size=1, per_tenant=8, total=3), sessions)
+    try:
+        assert pool.stats["launched"] == 3 and pool.ready_count() == 3
+    finally:
+        await pool.close()
+
+
+async def test_per_tenant_caps_one_tenant(tmp_path: Path) -> None:
+    sessions = [(f"s{i}", "same") for i in range(4)] + [("other", "t2")]
+    pool = await _fill(WarmPoolConfig(size=1, per_tenant=2, total=64), sessions)
+    try:
+        assert pool.ready_count() == 3
+        assert pool.ready_count("other") == 1
+    finally:
+        await pool.close()
