@@ -292,8 +292,7 @@ class AuditLog:
             raise AuditUnavailable(f"audit store write failed: {exc.strerror or exc}") from None
         except sqlite3.Error as exc:
             raise AuditUnavailable(f"audit store write failed: {exc}") from None
-        if records:
-            self._head = (records[-1].seq, records[-1].hash)
+        self._head = writer.head
         return records
 
     # -- checkpoints --------------------------------------------------------------------------

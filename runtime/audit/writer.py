@@ -35,6 +35,7 @@ class ChainWriter:
 
     def __init__(self, db_path: Path, mirror: Mirror, instance: str) -> None:
         self.instance = instance
+        self.head: tuple[int, str] = (0, GENESIS_HASH)  # after the last commit
         self._mirror = mirror
         self._db = sqlite3.connect(db_path, isolation_level=None, timeout=30,
                                    check_same_thread=False)  # one dedicated thread uses it
@@ -95,6 +96,7 @@ class ChainWriter:
                 records.append(AuditRecord.model_validate(body))
                 lines.append(text)
             db.execute("COMMIT")
+            self.head = (seq, prev)
         except BaseException:
             try:
                 db.execute("ROLLBACK")

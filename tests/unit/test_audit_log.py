@@ -186,3 +186,10 @@ async def test_export(tmp_path: Path) -> None:
 def test_verify_of_an_empty_dir(tmp_path: Path) -> None:
     report = verify_store(tmp_path)
     assert report.ok and report.records == 0
+
+
+async def test_reopened_log_knows_its_head(tmp_path: Path) -> None:
+    async with AuditLog(tmp_path) as log:
+        last = await log.append(AuditEntry(kind="denied", tenant="t", rule="default.deny"))
+    async with AuditLog(tmp_path) as log:
+        assert log.head == (last.seq, last.hash)
