@@ -68,8 +68,9 @@ def outcome_result(outcome: ExecOutcome) -> ToolResult:
 class CodeExecTool(BuiltinTool):
     name = "code_exec"
     description = (
-        "Run a Python 3 or bash program in a fresh sandbox (no network, the session's files "
-        "as working directory); returns stdout, stderr and the exit code."
+        "Run a Python 3 or bash program in a fresh sandbox (the session's files as working "
+        "directory; no network unless the policy grants egress to named hosts); returns "
+        "stdout, stderr and the exit code."
     )
     group = "group:exec"
     Params = CodeExecParams
