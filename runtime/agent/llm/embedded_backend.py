@@ -2,17 +2,16 @@
 
 Gemma 3 270M is a base model and never emits tool calls through a chat template. So each
 step is a plain completion of a transcript (`embedded_prompt.render`) under a grammar
-(`embedded_grammar.step_grammar`) that admits exactly one JSON object: a call of one of
-the offered tools with arguments in that tool's schema, or `{"answer": "..."}`. The model
-still decides which; this module only translates the object into our chunks:
+(`embedded_grammar.step_grammar`) that admits exactly one step: a fenced code block (a
+`code_exec` call), a JSON call of another offered tool, or one line of answer text. The
+model decides which; this module only translates the step into our chunks:
 
-- an answer is streamed: the JSON string's text is decoded as it arrives and yielded as
-  `TextDelta`s (escapes are held back until complete);
-- a call is parsed when the object is complete and yielded as one `ToolCallChunk`.
+- an answer is streamed as `TextDelta`s as it arrives (trailing whitespace held back);
+- a call is parsed when the step is complete and yielded as one `ToolCallChunk`.
 
-Output is untrusted like any model's: it is bounded, and a result that is not what the
-grammar promised (a server that ignored it, a step cut off by `max_tokens`) ends as text or
-as a call with `error`, never as a crash.
+Output is untrusted like any model's: it is bounded, and a step that is not what the
+grammar promised (cut off by `max_tokens`, a server that ignored the grammar) becomes a
+call with `error` (the loop hands that back to the model) or plain text, never a crash.
 """
 
 from __future__ import annotations

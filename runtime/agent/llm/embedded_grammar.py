@@ -1,19 +1,23 @@
-"""A GBNF grammar that makes the embedded model answer with a tool call or a final answer.
+"""A GBNF grammar that makes each embedded step a code block, a tool call or an answer.
 
-Gemma 3 270M (the embedded default) is a base model: left alone it never produces a tool
-call. llama.cpp can constrain sampling with a grammar, so every embedded step is forced to
-be exactly one of
+Gemma 3 270M (the embedded default) is a base model: through a chat template it never
+produces a tool call. llama.cpp can constrain sampling with a grammar, so every embedded
+step (continuing `Navi:` in the transcript of `embedded_prompt`) is forced to be exactly one
+of
 
-    {"tool": "<one of the offered names>", "arguments": {<that tool's parameters>}}
-    {"answer": "<text>"}
+    ```python|bash\n<code>```                                   -> a `code_exec` call
+    {"tool": "<an offered name>", "arguments": {<its schema>}}   -> any other tool
+    <one line of text>                                           -> the final answer
 
-Which of the two, which tool and what arguments is still the model's choice; the grammar
-only rules out everything else. Each tool's arguments follow its JSON schema (the subset
-our tools use: objects with required and optional properties, strings with enums, numbers,
-booleans, null, arrays, anyOf, local `$ref`s); anything else is any JSON value, and the
-tool's own validation still checks the call. Whitespace is fixed (one space before the
-object, which continues `Navi:`, and after `:` and `,`), so the output has one spelling
-and can be streamed (see `embedded_backend`).
+Which one, and everything inside it, is still the model's choice; the grammar only rules
+out the rest. Code is a fenced block rather than a JSON string because that is how a base
+model has seen code (measured: a 270M model writes runnable code in a fence far more often
+than escaped inside JSON). Each tool's arguments follow its JSON schema (the subset our
+tools use: objects with required and optional properties, string enums, numbers, booleans,
+null, arrays, anyOf, local `$ref`s); anything else is any JSON value, and the tool's own
+validation still checks the call. Whitespace is fixed (one space after `Navi:`, and after
+`:` and `,` in JSON), so the output has one spelling and `embedded_backend` can tell early
+which kind of step it is.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The transcript the embedded base model continues: tools, worked examples, the conversation.
 
 Gemma 3 270M as packaged is a base model (no chat tuning): it continues text, it does not
-follow instructions. So instead of chat messages it gets a plain transcript in which an
-assistant called "Navi" acts in JSON steps (see `embedded_grammar`), two short worked
-examples of that, the offered tools (name, arguments, description), and then the
-conversation so far, ending with `Navi: ` for the model to continue. The examples use
-tools and questions unlike real requests on purpose: they show the format, not answers.
+follow instructions. So instead of chat messages it gets a plain transcript of "Navi"
+working in a sandbox, in the step format of `embedded_grammar` (code blocks for `code_exec`,
+one-line JSON for other tools, one line of text as the answer, tool output on `Result:`
+lines), a few worked examples of that, the other offered tools (name, arguments,
+description), then the conversation so far, ending with `Navi:` for the model to continue.
+The examples show the format on questions unlike real ones; they are prompt text only,
+nothing in our code looks at what the user asked.
 
 The profile's system prompt and the loop's `[navi]` step notes are written for chat models
-and are left out (a long instruction
-text only distracts a 270M base model); when no tools are offered (e.g. the context
-summariser) the system text is kept, as the task description.
+and are left out: a 270M base model does not follow them, it copies them (a restated
+request reads as a new one). When no tools are offered (e.g. the context summariser) the
+system text is kept, as the task description.
 """
 
 from __future__ import annotations
