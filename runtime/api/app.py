@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from runtime import __version__
 from runtime.agent import AgentService
+from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.errors import install_error_handlers
 from runtime.api.metrics import Metrics
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(BodyLimit)
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router):
