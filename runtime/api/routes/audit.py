@@ -21,7 +21,9 @@ def _since(value: str | None) -> dict[str, Any]:
     """`since` is a record seq (exclusive) or an ISO-8601 time (inclusive)."""
     if value is None or value == "":
         return {}
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        if len(value) > 18:  # beyond any seq (SQLite integers are 64-bit)
+            raise InvalidInput("since: seq out of range")
         return {"since_seq": int(value)}
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))

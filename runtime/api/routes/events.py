@@ -31,12 +31,16 @@ def sse_frame(event: Event) -> ServerSentEvent:
                            id=str(event.id))
 
 
+def event_id(text: str | None) -> int | None:
+    """An event id from a header or query value; anything but 1-18 ASCII digits is None."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def _last_id(header: str | None, query: int | None) -> int | None:
     if query is not None:
         return max(0, query)
-    if header and header.strip().isdigit():
-        return int(header.strip())
-    return None
+    return event_id(header)
 
 
 @router.get("/{session_id}/events", response_class=EventSourceResponse)
@@ -66,14 +70,13 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
         if principal.role not in ("user", "admin"):
             raise Forbidden("this needs one of the roles: user, admin")
         await owned_session(services, principal, session_id)
-        after = websocket.query_params.get("after")
-        last = int(after) if after and after.isdigit() else None
+        last = event_id(websocket.query_params.get("after"))
     except (NaviError, TimeoutError, ValueError, WebSocketDisconnect) as exc:
         code = getattr(exc, "code", "unauthorized")
         message = getattr(exc, "message", "authentication failed")
         with contextlib.suppress(Exception):
             await websocket.send_json({"type": "error", "code": code, "message": message})
-            await websocket.close(code=4401 if code == "unauthorized" else 4403)
+            await websocket.close(code={"unauthorized": 4401, "not_found": 4404}.get(code, 4403))
         return
     await websocket.send_json({"type": "ready", "session": session_id})
     reader = asyncio.create_task(_drain(websocket, services, session_id))

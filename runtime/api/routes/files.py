@@ -66,7 +66,7 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
     length_header = request.headers.get("content-length")
     expected: int | None = None
     if length_header is not None:
-        if not length_header.isdigit():
+        if not (length_header.isascii() and length_header.isdigit()) or len(length_header) > 18:
             raise InvalidInput("bad Content-Length")
         expected = int(length_header)
     ws = await _workspace(request, principal, session_id)

@@ -61,7 +61,7 @@ async def post_message(session_id: str, body: MessageBody, request: Request,
 @router.get("/{session_id}/messages", response_model=list[MessageOut])
 async def list_messages(
     session_id: str, request: Request, principal: SessionUser,
-    after: int = Query(0, ge=0, description="only messages with a larger id"),
+    after: int = Query(0, ge=0, le=2**63 - 1, description="only messages with a larger id"),
     limit: int = Query(1000, ge=1, le=1000),
 ) -> list[MessageOut]:
     services = get_services(request)
