@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
 from runtime.policy.decision import Action, Decision, Subject
+from runtime.policy.model import TOOL_GROUP
 from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
 from runtime.tools.user.catalog import UserToolCatalogs
@@ -155,12 +156,32 @@ class ToolRegistry:
 
     async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
-        tool, params = await self.prepare(name, args, ctx.subject)
+        try:
+            tool, params = await self.prepare(name, args, ctx.subject)
+        except NotFound:
+            await self._refuse_unshipped(name, args, ctx)
+            raise
         if ctx.registry is None:
             ctx.registry = self
         if not tool.runs_in_sandbox:
             await self.authorize(tool, params, ctx)
         return await tool.execute(params, ctx)
+
+    async def _refuse_unshipped(self, name: str, args: Any, ctx: ToolContext) -> None:
+        """A tool the policy groups name but this runtime does not ship (`http_request`,
+        `web_view` of `group:web`): the policy still speaks first, so a denied call answers
+        `PolicyDenied` with its rule (audited when an Executor is at hand), not 404."""
+        group = TOOL_GROUP.get(name)
+        if group is None or self.policy is None:
+            return
+        action = Action(tool=name, args=args if isinstance(args, dict) else {}, group=group,
+                        timeout_s=ctx.timeout_s)
+        decision = self.policy.decide(ctx.subject, action)
+        if decision.verdict != "deny":
+            return
+        if ctx.executor is not None:
+            await ctx.executor.authorize(ctx.subject, action)  # audits, then raises
+        raise PolicyDenied(decision.reason, rule=decision.rule)
 
     async def authorize(self, tool: Tool, params: Any, ctx: ToolContext) -> Decision | None:
         """Policy check for a tool that runs no code (sandboxed tools: the Executor's job).
