@@ -30,6 +30,8 @@ async def create_session(
     found = policy.tenant_rule(tenant_name)
     if found is None or profile not in found[1].profiles:
         raise Forbidden(f"profile {profile!r} is not available to this tenant")
+    if principal.role not in policy.policy.profiles[profile].roles:
+        raise Forbidden(f"role {principal.role!r} may not use profile {profile!r}")
     record = await services.store.create_session(
         principal.tenant_id, profile, title=body.title if body else None
     )
