@@ -38,6 +38,8 @@ class FilesystemParams(ToolParams):
 
     @model_validator(mode="after")
     def _needs(self) -> FilesystemParams:
+        if self.action == "list" and self.path in (".", "./"):
+            self.path = ""  # the workspace itself, as models (and people) often write it
         if self.action != "list" and not self.path:
             raise ValueError(f"action '{self.action}' needs a path")
         if self.action == "write" and self.content is None:
