@@ -20,6 +20,7 @@ from runtime.policy.model import PolicyFile, name_problems
 Loc = tuple[Any, ...]  # str/int, or any scalar a bad YAML key may be
 MAX_POLICY_BYTES = 1024 * 1024
 MAX_DEPTH = 32
+MAX_NODES = 100_000  # values built, aliases counted each time they expand (billion laughs)
 
 
 class PolicyFileError(ConfigError):
@@ -60,10 +61,15 @@ class _Builder:
         self.marks = marks
         self.source = source
         self.scalars = yaml.SafeLoader("")  # scalars only: the safe loader's type resolution
+        self.nodes = 0
 
     def build(self, node: yaml.Node, loc: Loc) -> Any:
         if len(loc) > MAX_DEPTH:
             _raise(self.source, node.start_mark, loc, "nested too deeply")
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            _raise(self.source, node.start_mark, loc,
+                   f"more than {MAX_NODES} values (do aliases expand too much?)")
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -116,6 +122,8 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
         mark = getattr(exc, "problem_mark", None)
         reason = getattr(exc, "problem", None) or str(exc)
         _raise(source, mark, (), f"not valid YAML: {reason}")
+    except RecursionError:  # the composer recurses once per nesting level
+        _raise(source, None, (), "nested too deeply")
     if root is None:
         _raise(source, None, (), "empty policy file")
     marks: dict[Loc, yaml.Mark] = {(): root.start_mark}
@@ -154,7 +162,8 @@ def parse_policy(text: str, source: str = "<policy>") -> PolicyFile:
 def load_policy(path: Path) -> PolicyFile:
     """Read and validate a policy file; any problem is a ``PolicyFileError`` (a ConfigError)."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:  # bounded: /dev/zero or a huge file must not hang us
+            raw = fh.read(MAX_POLICY_BYTES + 1)
     except OSError as exc:
         raise PolicyFileError(str(path), [{"message": f"cannot read: {exc.strerror}"}]) from None
     try:
