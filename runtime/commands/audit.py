@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from runtime.audit.store import DB_NAME, MIRROR_NAME
 from runtime.audit.verify import export_jsonl, verify_store
 from runtime.config import Settings
 from runtime.errors import NaviError
@@ -27,7 +28,14 @@ DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory
 
 
 def _data_dir(value: Path | None) -> Path:
-    return value if value is not None else Settings().data_dir
+    """The data directory; one without any audit log is an error (exit 2), so a mistyped
+    `--data-dir` is never reported as a verified, empty chain."""
+    directory = value if value is not None else Settings().data_dir
+    if not (directory / DB_NAME).is_file() and not (directory / MIRROR_NAME).is_file():
+        typer.echo(f"error: no audit log in {_escape(str(directory))} "
+                   "(set --data-dir or NAVI_DATA_DIR)", err=True)
+        raise typer.Exit(2)
+    return directory
 
 
 @app.command("verify")
@@ -62,7 +70,9 @@ def verify(
 def parse_since(value: str | None) -> tuple[int | None, str | None]:
     if value is None:
         return None, None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        if len(value) > 18:  # beyond any seq (SQLite integers are 64-bit)
+            raise typer.BadParameter("seq out of range", param_hint="--since")
         return int(value), None
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
