@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -143,6 +144,8 @@ def exec_command(
     configure_logging(settings.log_format, "warning")
     if role not in ("user", "admin", "auditor"):
         raise typer.BadParameter("must be user, admin or auditor", param_hint="--role")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     if workspace is not None:
         workspace = Path(os.path.realpath(workspace))
         if not workspace.is_dir():

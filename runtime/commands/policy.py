@@ -8,6 +8,7 @@ verdict, the deciding rule, the reason and the effective limits, image and netwo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -79,6 +80,8 @@ def explain(
     """Print the verdict, the rule that decides, the reason and the effective limits."""
     if role not in ("user", "admin", "auditor"):
         raise typer.BadParameter("must be user, admin or auditor", param_hint="--role")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     engine = _load(policy or Settings().policy)
     chosen = profile or engine.default_profile(tenant) or "developer"
     subject = Subject(tenant=tenant, role=cast(Role, role), profile=chosen, user="cli")
