@@ -11,9 +11,10 @@ import uvicorn
 from pydantic import ValidationError
 
 from runtime.config import Settings
-from runtime.errors import NaviError
+from runtime.errors import ConfigError, NaviError
 from runtime.logging import configure_logging, get_logger
 from runtime.policy.engine import PolicyEngine
+from runtime.store.store import BOOTSTRAP_MIN_CHARS, TOKEN_MAX_CHARS
 
 log = get_logger(__name__)
 
@@ -35,10 +36,14 @@ class _Server(uvicorn.Server):
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="address to bind [default: 127.0.0.1]")] = None,
-    port: Annotated[int | None, typer.Option(help="port [default: 8000]")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="data directory [default: ./data]")] = None,
-    policy: Annotated[Path | None, typer.Option(help="server policy file")] = None,
+    # (not "[default: …]": rich help renders square brackets as markup and drops them)
+    host: Annotated[str | None, typer.Option(
+        help="address to bind (default: NAVI_HOST or 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default: NAVI_PORT or 8000)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="data directory (default: NAVI_DATA_DIR or ./data)")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        help="server policy file (default: NAVI_POLICY or policies/default.yaml)")] = None,
 ) -> None:
     """Serve the control API and the web client."""
     from runtime.api import create_app
@@ -48,6 +53,10 @@ def serve(
     try:
         settings = Settings(**overrides)
         PolicyEngine.from_file(settings.policy)  # fail before binding, with the file's location
+        token = settings.admin_token.get_secret_value() if settings.admin_token else None
+        if token is not None and not BOOTSTRAP_MIN_CHARS <= len(token) <= TOKEN_MAX_CHARS:
+            raise ConfigError(
+                f"NAVI_ADMIN_TOKEN must be {BOOTSTRAP_MIN_CHARS}-{TOKEN_MAX_CHARS} characters")
     except (ValidationError, NaviError) as exc:
         typer.echo(f"error: {getattr(exc, 'message', exc)}", err=True)
         raise typer.Exit(2) from None
