@@ -55,7 +55,10 @@ def _free_port() -> int:
 class EmbeddedServer:
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         self.directory = directory
-        self.threads = threads or max(1, (os.cpu_count() or 2))
+        # Half the cores: a 270M model gains little from more threads (grammar sampling
+        # dominates), and llama.cpp's threads spin: with as many threads as cores on a
+        # machine that also runs navi and the sandboxes, steps became 20-50x slower.
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self.base_url: str | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
