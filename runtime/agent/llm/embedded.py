@@ -55,9 +55,10 @@ def _free_port() -> int:
 class EmbeddedServer:
     def __init__(self, directory: Path, *, threads: int | None = None) -> None:
         self.directory = directory
-        # Half the cores: a 270M model gains little from more threads (grammar sampling
-        # dominates), and llama.cpp's threads spin: with as many threads as cores on a
-        # machine that also runs navi and the sandboxes, steps became 20-50x slower.
+        # Half the cores: a 270M model gains little from more threads (measured on 2 cores:
+        # 1 thread 17 ms/token, 2 threads 15; grammar sampling dominates), and with as
+        # many threads as cores, under load from navi and the sandboxes, llama.cpp's
+        # spinning threads were seen 20-50x slower per token.
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self.base_url: str | None = None
         self._process: asyncio.subprocess.Process | None = None
