@@ -152,3 +152,13 @@ async def test_a_broken_step_is_a_call_with_an_error(tools: list[dict[str, Any]]
     assert call.error and call.arguments is None
     assert json.dumps(call.model_dump())  # it can be stored and shown
     assert isinstance(chunks[-1], Done)
+
+
+def test_a_long_conversation_keeps_the_latest_turns(tools: list[dict[str, Any]]) -> None:
+    history = [ChatMessage(role="user" if n % 2 == 0 else "assistant", content=f"turn {n} "
+                           + "x" * 3000) for n in range(40)]
+    prompt = render([*history, ChatMessage(role="user", content="the latest question")],
+                    tools)
+    assert prompt.endswith("User: the latest question\nNavi:")
+    assert "(earlier conversation left out)" in prompt and "turn 0 " not in prompt
+    assert "turn 39 " in prompt and len(prompt) < 30000

@@ -26,6 +26,7 @@ from runtime.agent.llm.types import ChatMessage
 MAX_TOOL_RESULT_CHARS = 1500
 MAX_MESSAGE_CHARS = 4000
 MAX_DESCRIPTION_CHARS = 160
+MAX_CONVERSATION_CHARS = 12000  # with the header and examples, well inside 8192 tokens
 NOTE_MARK = "[navi] "
 
 HEADER = (
@@ -143,16 +144,29 @@ def render(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> str:
         out += [HEADER.split(" To run code")[0], "",
                 *([_clip(system, MAX_MESSAGE_CHARS), ""] if system else []),
                 "User: Hello!", "Navi: Hello! What can I do for you?", ""]
+    turns: list[str] = []
     for m in messages:
         if m.role == "user":
-            out.append("User: " + _one_line(_clip(m.content, MAX_MESSAGE_CHARS)))
+            turns.append("User: " + _one_line(_clip(m.content, MAX_MESSAGE_CHARS)))
         elif m.role == "assistant":
             if m.tool_calls:
-                out += ["Navi: " + _call(c.name, c.arguments if c.arguments is not None
-                                         else {}) for c in m.tool_calls]
+                turns += ["Navi: " + _call(c.name, c.arguments if c.arguments is not None
+                                           else {}) for c in m.tool_calls]
             elif m.content.strip():
-                out.append("Navi: " + _clip(m.content.strip(), MAX_MESSAGE_CHARS))
+                turns.append("Navi: " + _one_line(_clip(m.content, MAX_MESSAGE_CHARS)))
         elif m.role == "tool":
-            out.append("Result: " + _clip(_result(m.content), MAX_TOOL_RESULT_CHARS))
-    out.append("Navi:")
-    return "\n".join(out)
+            turns.append("Result: " + _clip(_result(m.content), MAX_TOOL_RESULT_CHARS))
+    return "\n".join([*out, *_recent(turns), "Navi:"])
+
+
+def _recent(turns: list[str]) -> list[str]:
+    """The latest turns that fit `MAX_CONVERSATION_CHARS` (the server's window is small; the
+    loop's own compression counts chat tokens, not this transcript)."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(turns):
+        size += len(line) + 1
+        if size > MAX_CONVERSATION_CHARS and kept:
+            return ["(earlier conversation left out)", *reversed(kept)]
+        kept.append(line)
+    return list(reversed(kept))
