@@ -1,7 +1,7 @@
 """End of a warm call: spot the runner's trailer on stdout and stderr (``warm_runner.py``).
 
 ``TrailerCapture`` wraps a stream's ``StreamCapture`` for ``attach.pump_output``: it passes
-the job's bytes through, holding back the few last ones that could begin the trailer, and
+the job's bytes through at once, holding back only a tail that could begin the trailer, and
 strips the trailer. ``Trailers`` fires ``on_end`` when both streams have shown theirs (each
 stream is ordered, so all of the job's output is in): the backend then closes the attach
 socket, which ends the pump, instead of waiting for the engine to tear the container down.
@@ -43,7 +43,12 @@ class Trailers:
 
 
 class TrailerCapture:
-    """Duck-types ``StreamCapture.feed`` / ``name`` for the pump."""
+    """Duck-types ``StreamCapture.feed`` / ``name`` for the pump.
+
+    Only bytes that may begin the trailer are held back (a tail of the buffer that is a
+    prefix of it, or the trailer itself until its newline), so live output streams as it
+    comes; everything else goes straight through.
+    """
 
     def __init__(self, inner: StreamCapture, trailers: Trailers) -> None:
         self.inner = inner
@@ -51,36 +56,49 @@ class TrailerCapture:
         self._trailers = trailers
         self._held = b""
         self._ended = False
-        self._keep = len(trailers.prefix) + MAX_CODE
 
     def feed(self, data: bytes) -> bytes:
         if self._ended:
             return b""  # a straggler of the job's after its end: the container is going away
-        buf = self._held + data
+        buf, self._held = self._held + data, b""
         prefix = self._trailers.prefix
         at = buf.find(prefix)
-        if at >= 0:
-            newline = buf.find(b"\n", at + len(prefix))
-            if newline >= 0:
-                try:
-                    code = int(buf[at + len(prefix) : newline])
-                except ValueError:
-                    code = None
-                if code is not None:
-                    self._ended, self._held = True, b""
-                    live = self.inner.feed(buf[:at])
-                    self._trailers.seen(self.name, code)
-                    return live
-        if len(buf) <= self._keep:
-            self._held = buf
-            return b""
-        self._held = buf[-self._keep :]
-        return self.inner.feed(buf[: -self._keep])
+        if at < 0:
+            cut = _partial_start(buf, prefix)
+            self._held = buf[cut:]
+            return self.inner.feed(buf[:cut])
+        tail = buf[at + len(prefix):]
+        newline = tail.find(b"\n")
+        if newline < 0 and len(tail) <= MAX_CODE:  # the rest of the trailer is on its way
+            self._held = buf[at:]
+            return self.inner.feed(buf[:at])
+        try:
+            code = int(tail[:newline]) if newline >= 0 else None
+        except ValueError:
+            code = None
+        if code is None:  # not a trailer after all: those bytes are the job's
+            end = at + len(prefix)
+            return self.inner.feed(buf[:end]) + self.feed(buf[end:])
+        self._ended = True
+        live = self.inner.feed(buf[:at])
+        self._trailers.seen(self.name, code)
+        return live
 
     def flush(self) -> bytes:
         """At EOF without a trailer: the held-back bytes are the job's."""
         held, self._held = self._held, b""
         return self.inner.feed(held) if held and not self._ended else b""
+
+
+def _partial_start(buf: bytes, prefix: bytes) -> int:
+    """Where the longest tail of ``buf`` that is a proper prefix of ``prefix`` starts."""
+    first = prefix[:1]
+    at = buf.find(first, max(0, len(buf) - len(prefix) + 1))
+    while at >= 0:
+        if prefix.startswith(buf[at:]):
+            return at
+        at = buf.find(first, at + 1)
+    return len(buf)
 
 
 OOM_FILES = (
