@@ -366,6 +366,7 @@ class DockerBackend(WarmLaunchMixin):
         bound.info(
             "exec_finished",
             warm=warm is not None,
+            container=container[:12],
             exit_code=result.exit_code,
             timed_out=result.timed_out,
             oom_killed=result.oom_killed,
