@@ -11,13 +11,18 @@ of
 
 Which one, and everything inside it, is still the model's choice; the grammar only rules
 out the rest. Code is a fenced block rather than a JSON string because that is how a base
-model has seen code (measured: a 270M model writes runnable code in a fence far more often
-than escaped inside JSON). Each tool's arguments follow its JSON schema (the subset our
+model has seen code (measured on ten requests: runnable code 4 times in a fence, once
+as an escaped JSON string). Each tool's arguments follow its JSON schema (the subset our
 tools use: objects with required and optional properties, string enums, numbers, booleans,
 null, arrays, anyOf, local `$ref`s); anything else is any JSON value, and the tool's own
 validation still checks the call. Whitespace is fixed (one space after `Navi:`, and after
 `:` and `,` in JSON), so the output has one spelling and `embedded_backend` can tell early
 which kind of step it is.
+
+Cost, measured on two cores: grammar sampling over Gemma's 262k-token vocabulary adds about
+50 ms per token (a step's median 1.4 s instead of 0.5 s). On the measured requests the
+greedy choices were the same without it; what it buys is the guarantee of form (schema-valid
+arguments, one-line answers, no stray text after a code block).
 """
 
 from __future__ import annotations
