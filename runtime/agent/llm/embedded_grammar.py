@@ -5,7 +5,7 @@ produces a tool call. llama.cpp can constrain sampling with a grammar, so every 
 step (continuing `Navi:` in the transcript of `embedded_prompt`) is forced to be exactly one
 of
 
-    ```python|bash\n<code>```                                   -> a `code_exec` call
+    ```python|bash\\n<code>```                                  -> a `code_exec` call
     {"tool": "<an offered name>", "arguments": {<its schema>}}   -> any other tool
     <one line of text>                                           -> the final answer
 
