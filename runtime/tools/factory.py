@@ -13,6 +13,7 @@ from pathlib import Path
 from runtime.tools.builtin import (
     CodeExecTool,
     FilesystemTool,
+    HttpRequestTool,
     ImageViewTool,
     ListToolsTool,
     MemoryTool,
@@ -20,6 +21,7 @@ from runtime.tools.builtin import (
     TerminalTool,
     TodoTool,
     ToolManualTool,
+    WebViewTool,
 )
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
@@ -82,6 +84,8 @@ def build_tools(
         Model3DTool(),
         ScadLintTool(),
         Render3DTool(),
+        HttpRequestTool(),
+        WebViewTool(),
     ]
     registry = ToolRegistry(
         tools,

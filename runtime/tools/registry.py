@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
 from runtime.policy.decision import Action, Decision, Subject
-from runtime.policy.model import TOOL_GROUP
 from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
 from runtime.tools.user.catalog import UserToolCatalogs
@@ -156,10 +155,11 @@ class ToolRegistry:
 
     async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
+        tool = await self.lookup(name, ctx.subject)
         try:
-            tool, params = await self.prepare(name, args, ctx.subject)
-        except NotFound:
-            await self._refuse_unshipped(name, args, ctx)
+            params = tool.validate(args)
+        except InvalidInput:
+            await self._refuse_if_denied(tool, args, ctx)
             raise
         if ctx.registry is None:
             ctx.registry = self
@@ -167,15 +167,14 @@ class ToolRegistry:
             await self.authorize(tool, params, ctx)
         return await tool.execute(params, ctx)
 
-    async def _refuse_unshipped(self, name: str, args: Any, ctx: ToolContext) -> None:
-        """A tool the policy groups name but this runtime does not ship (`http_request`,
-        `web_view` of `group:web`): the policy still speaks first, so a denied call answers
-        `PolicyDenied` with its rule (audited when an Executor is at hand), not 404."""
-        group = TOOL_GROUP.get(name)
-        if group is None or self.policy is None:
+    async def _refuse_if_denied(self, tool: Tool, args: Any, ctx: ToolContext) -> None:
+        """Arguments that do not validate for a tool the policy denies this subject outright
+        (not visible to it): the policy speaks first, so the call answers `PolicyDenied` with
+        its rule (audited when an Executor is at hand), not an argument error (e.g.
+        `http_request {}` under the default policy's `deny: [group:web]`)."""
+        if self.policy is None or self.visible(tool, ctx.subject):
             return
-        action = Action(tool=name, args=args if isinstance(args, dict) else {}, group=group,
-                        timeout_s=ctx.timeout_s)
+        action = tool.action(args if isinstance(args, dict) else {}, ctx)
         decision = self.policy.decide(ctx.subject, action)
         if decision.verdict != "deny":
             return

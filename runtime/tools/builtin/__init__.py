@@ -6,10 +6,12 @@ from runtime.tools.builtin.image_view import ImageViewTool
 from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
+from runtime.tools.builtin.web import HttpRequestTool, WebViewTool
 
 __all__ = [
     "CodeExecTool",
     "FilesystemTool",
+    "HttpRequestTool",
     "ImageViewTool",
     "ListToolsTool",
     "MemoryTool",
@@ -17,4 +19,5 @@ __all__ = [
     "TerminalTool",
     "TodoTool",
     "ToolManualTool",
+    "WebViewTool",
 ]

@@ -1,0 +1,212 @@
+"""`http_request` and `web_view` (group `group:web`): the web, only through the egress proxy.
+
+Nothing of a request runs in the supervisor. A call is:
+
+1. the arguments validated (`web_params.py`: http/https, no userinfo, no header injection);
+2. the policy's decision previewed (`Executor.engine.decide`, no side effects): a denied call
+   goes on to the Executor, which audits the denial and raises `PolicyDenied` (403 with the
+   rule); an allowed one must name a host on the decision's egress allowlist, else the
+   call is refused here, audited as `denied` (rule `profiles.<p>.tools.<tool>.egress`),
+   and answered with a tool error naming the allowlist: no container is started;
+3. `web_fetch.py` run in a fresh python-image container through the Executor (policy,
+   audit, limits) with the call's egress grant and *no* session workspace mounted; the job
+   is JSON on stdin, the answer one JSON object on stdout.
+
+The result is `{success, output, error, metadata}`: `output` is the body (`http_request`)
+or the page's readable text with its links (`web_view`); `metadata` carries status, url,
+truncated, the egress summary and the execution's fields (exec_id, audit_seq, rule, …).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from runtime.audit.records import AuditEntry, digest_json
+from runtime.policy.decision import Action, Decision
+from runtime.tools.base import BuiltinTool, ToolContext, ToolResult
+from runtime.tools.builtin.web_params import (
+    HttpRequestParams,
+    WebParamsBase,
+    WebViewParams,
+    egress_problem,
+)
+from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
+
+FETCH_SOURCE = (Path(__file__).with_name("web_fetch.py")).read_text(encoding="utf-8")
+MAX_REDIRECTS = 5
+STARTUP_S = 10.0  # container start and interpreter, on top of the request's own timeout
+MAX_BODY_BYTES = 1024 * 1024  # read from the server (http_request)
+MAX_PAGE_BYTES = 2 * 1024 * 1024  # read from the server (web_view: HTML is bulky)
+SHOWN_HEADERS = ("content-type", "content-length", "last-modified", "location", "etag")
+
+
+class FetchAnswer(BaseModel):
+    """`web_fetch.py`'s answer (fields beyond these are kept and ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ok: bool
+    error: str | None = None
+    message: str | None = None
+    status: int | None = None
+    reason: str | None = None
+    url: str | None = None
+    headers: list[tuple[str, str]] = []
+    truncated: bool = False
+    elapsed_ms: int | None = None
+    redirects: list[str] = []
+    content_type: str | None = None
+    binary: bool = False
+    body_bytes: int = 0
+    body: str | None = None
+    title: str | None = None
+    text: str | None = None
+    links: list[tuple[str, str]] = []
+
+
+class _WebTool(BuiltinTool):
+    group = "group:web"
+    runs_in_sandbox: ClassVar[bool] = True
+    mode: ClassVar[str]
+
+    def probe_args(self) -> list[dict[str, Any]]:
+        return [{"url": "https://example.org/"}]
+
+    def job(self, params: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def answer(self, params: Any, reply: FetchAnswer, meta: dict[str, Any]) -> ToolResult:
+        raise NotImplementedError
+
+    async def execute(self, params: WebParamsBase, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        action = self.action(params.model_dump(mode="json"), ctx)
+        if ctx.timeout_s is None:
+            action = action.model_copy(update={"timeout_s": params.timeout_s + STARTUP_S})
+        decision = self._preview(ctx, action)
+        if decision is not None and decision.verdict != "deny":
+            problem = egress_problem(params.url, decision.egress_allowlist)
+            if problem is not None:
+                await self._audit_refusal(ctx, action, problem)
+                return ToolResult.fail(problem, url=params.url,
+                                       allowlist=list(decision.egress_allowlist))
+        output_cap = decision.limits.output_bytes if decision is not None else 1024 * 1024
+        job = {**self.job(params), "mode": self.mode, "url": params.url,
+               "timeout_s": params.timeout_s, "max_redirects": MAX_REDIRECTS,
+               "allowlist": list(decision.egress_allowlist) if decision else [],
+               "max_output": max(1024, output_cap - 256)}
+        stdin = json.dumps(job, separators=(",", ":")).encode("utf-8")
+        invocation = Invocation(argv=["python3", "-I", "-c", FETCH_SOURCE], stdin=stdin)
+        # No session files for a fetch: the container gets the proxy socket and nothing else.
+        bare = dataclasses.replace(ctx, workspace_path=None)
+        outcome = await run_sandboxed(bare, action, invocation)
+        return self._result(params, outcome)
+
+    @staticmethod
+    def _preview(ctx: ToolContext, action: Action) -> Decision | None:
+        engine = getattr(ctx.executor, "engine", None)
+        if engine is None:
+            return None
+        decision: Decision = engine.decide(ctx.subject, action)
+        return decision
+
+    @staticmethod
+    async def _audit_refusal(ctx: ToolContext, action: Action, reason: str) -> None:
+        sha, size = digest_json(action.args)
+        await ctx.executor.audit.append(AuditEntry(
+            kind="denied", decision="deny", tenant=ctx.subject.tenant, user=ctx.subject.user,
+            session=ctx.subject.session, tool=action.tool, args_sha256=sha, args_size=size,
+            rule=f"profiles.{ctx.subject.profile}.tools.{action.tool}.egress", reason=reason))
+
+    def _result(self, params: Any, outcome: ExecOutcome) -> ToolResult:
+        meta = exec_metadata(outcome)
+        meta["stdout"] = ""  # the fetcher's JSON answer: its contents are in output/metadata
+        res = outcome.result
+        if res.egress is not None:
+            meta["egress"] = res.egress.summary()
+        reply = _parse(res.stdout) if not (res.timed_out or res.oom_killed) else None
+        if reply is None:
+            if res.timed_out:
+                error = f"timed out after {outcome.timeout_s:g} s"
+            elif res.oom_killed:
+                error = "killed: out of memory"
+            else:
+                error = f"the fetcher ended without an answer (exit code {res.exit_code})"
+            return ToolResult.fail(error, output=meta["stderr"][-2000:], url=params.url, **meta)
+        meta.update(status=reply.status, url=reply.url or params.url, truncated=reply.truncated,
+                    elapsed_ms=reply.elapsed_ms, redirects=reply.redirects,
+                    content_type=reply.content_type)
+        if reply.error is not None and reply.status is None:
+            return ToolResult.fail(f"{reply.error}: {reply.message}", **meta)
+        return self.answer(params, reply, meta)
+
+
+def _parse(stdout: bytes) -> FetchAnswer | None:
+    try:
+        return FetchAnswer.model_validate(json.loads(stdout))
+    except (ValueError, ValidationError):
+        return None
+
+
+class HttpRequestTool(_WebTool):
+    name = "http_request"
+    description = (
+        "Send one HTTP(S) request (GET, HEAD, POST, PUT, PATCH, DELETE) to a host the policy "
+        "allows, from a sandbox through the egress proxy; returns status, headers and the "
+        "body as text (capped). Redirects are followed (at most 5) within the allowed hosts."
+    )
+    Params = HttpRequestParams
+    mode = "request"
+
+    def job(self, params: HttpRequestParams) -> dict[str, Any]:  # type: ignore[override]
+        return {"method": params.method, "headers": params.headers, "body": params.body,
+                "max_body_bytes": MAX_BODY_BYTES, "max_chars": 0}
+
+    def answer(self, params: HttpRequestParams, reply: FetchAnswer,  # type: ignore[override]
+               meta: dict[str, Any]) -> ToolResult:
+        meta["headers"] = {k: v for k, v in reply.headers}
+        meta["reason"] = reply.reason
+        shown = [f"{k}: {v}" for k, v in reply.headers if k.lower() in SHOWN_HEADERS]
+        head = "\n".join([f"HTTP {reply.status} {reply.reason or ''}".rstrip(), *shown])
+        body = reply.body or ""
+        if reply.binary:
+            body = f"[binary body: {reply.body_bytes} bytes of {reply.content_type}; not shown]"
+        cut = "\n[body truncated]" if reply.truncated else ""
+        output = f"{head}\n\n{body}{cut}"
+        if not reply.ok:
+            return ToolResult.fail(reply.message or f"HTTP {reply.status}", output=output, **meta)
+        return ToolResult.ok(output, **meta)
+
+
+class WebViewTool(_WebTool):
+    name = "web_view"
+    description = (
+        "Read a web page (GET) from a host the policy allows, from a sandbox through the "
+        "egress proxy; returns its title, readable text (headings, paragraphs) and its links "
+        "as [n] text -> url."
+    )
+    Params = WebViewParams
+    mode = "view"
+
+    def job(self, params: WebViewParams) -> dict[str, Any]:  # type: ignore[override]
+        return {"method": "GET", "headers": {"Accept": "text/html,text/plain;q=0.8,*/*;q=0.5"},
+                "body": None, "max_body_bytes": MAX_PAGE_BYTES, "max_chars": params.max_chars}
+
+    def answer(self, params: WebViewParams, reply: FetchAnswer,  # type: ignore[override]
+               meta: dict[str, Any]) -> ToolResult:
+        meta.update(title=reply.title or "", links=len(reply.links))
+        parts = [f"Title: {reply.title}" if reply.title else "", f"URL: {reply.url}", "",
+                 reply.text or ""]
+        if reply.truncated:
+            parts.append("[text truncated]")
+        if reply.links:
+            parts += ["", "Links:", *(f"[{i}] {t} -> {u}" for i, (t, u) in
+                                      enumerate(reply.links, 1))]
+        output = "\n".join(p for i, p in enumerate(parts) if p or i > 0).strip("\n")
+        if not reply.ok:
+            return ToolResult.fail(reply.message or f"HTTP {reply.status}", output=output, **meta)
+        return ToolResult.ok(output, **meta)
