@@ -17,13 +17,14 @@ call with `error` (the loop hands that back to the model) or plain text, never a
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
 
 from runtime.agent.llm.embedded_grammar import CODE_TOOL, FENCE, TOOL_PREFIX, step_grammar
 from runtime.agent.llm.embedded_prompt import render
+from runtime.agent.llm.sse import post_events, usage_of
 from runtime.agent.llm.types import (
     MAX_TOOL_ARGS_CHARS,
     ChatRequest,
@@ -35,14 +36,11 @@ from runtime.agent.llm.types import (
     Usage,
     parse_arguments,
 )
-from runtime.errors import LLMError, LLMUnavailable
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
-MAX_LINE_CHARS = 1024 * 1024
-MAX_ERROR_BODY = 2000
 STEP_TEMPERATURE = 0.0  # a 270M model's best guess is its most likely one
 STOP = ["\nUser:", "\nResult:", "\nNavi:"]  # where a base model goes on with the transcript
 
@@ -124,50 +122,20 @@ class EmbeddedBackend:
         }
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
-        try:
-            async with self._http.stream("POST", "/completions", json=self.body(request)
-                                         ) as resp:
-                if resp.status_code >= 400:
-                    await self._fail(resp)
-                async for chunk in self._parse(resp):
-                    yield chunk
-        except httpx.TransportError as exc:
-            raise LLMUnavailable(f"embedded model server at {self.base_url}: "
-                                 f"{str(exc)[:300] or type(exc).__name__}") from None
+        events = post_events(self._http, "/completions", self.body(request),
+                             who="embedded model server", base_url=self.base_url)
+        async for chunk in self._parse(events):
+            yield chunk
 
-    async def _fail(self, resp: httpx.Response) -> None:
-        body = b""
-        async for piece in resp.aiter_bytes():
-            body += piece
-            if len(body) > MAX_ERROR_BODY:
-                break
-        text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
-        cls = LLMUnavailable if resp.status_code >= 500 else LLMError
-        raise cls(f"embedded model server answered HTTP {resp.status_code}: {text[:500]}",
-                  status=resp.status_code)
-
-    async def _parse(self, resp: httpx.Response) -> AsyncGenerator[Chunk, None]:
+    async def _parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[Chunk, None]:
         raw = ""
         answer: _TextStream | None = None
         tokens = 0
         reason: str | None = None
         usage = Usage()
-        async for line in resp.aiter_lines():
-            if len(line) > MAX_LINE_CHARS:
-                raise LLMError("embedded model server sent an oversized event")
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            try:
-                event = json.loads(data)
-            except ValueError:
-                raise LLMError("embedded model server sent an event that is not JSON") from None
-            if not isinstance(event, dict):
-                continue
+        async for event in events:
             if isinstance(event.get("usage"), dict):
-                usage = _usage(event["usage"])
+                usage = usage_of(event["usage"])
             for choice in event.get("choices") or ():
                 if not isinstance(choice, dict):
                     continue
@@ -204,11 +172,3 @@ class EmbeddedBackend:
             usage = Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=tokens)
         yield Done(usage=usage, reason=reason, served_by=self.base_url)
 
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    def number(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and value >= 0 else 0
-
-    return Usage(prompt_tokens=number("prompt_tokens"),
-                 completion_tokens=number("completion_tokens"))

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from runtime.agent.llm.sse import post_events, usage_of
 from runtime.agent.llm.types import (
     MAX_TOOL_ARGS_CHARS,
     ChatMessage,
@@ -28,15 +29,13 @@ from runtime.agent.llm.types import (
     Usage,
     parse_arguments,
 )
-from runtime.errors import LLMError, LLMUnavailable
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
-MAX_LINE_CHARS = 1024 * 1024
 MAX_TOOL_CALLS = 64
-MAX_ERROR_BODY = 2000
+WHO = "OpenAI-compatible server"
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -128,57 +127,18 @@ class OpenAIBackend:
         return body
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
-        try:
-            async with self._http.stream("POST", "/chat/completions",
-                                         json=self._body(request)) as resp:
-                if resp.status_code >= 400:
-                    await self._fail(resp)
-                async for chunk in self._parse(resp):
-                    yield chunk
-        except httpx.TransportError as exc:
-            raise LLMUnavailable(f"OpenAI-compatible server at {self.base_url}: "
-                                 f"{str(exc)[:300] or type(exc).__name__}") from None
+        events = post_events(self._http, "/chat/completions", self._body(request),
+                             who=WHO, base_url=self.base_url)
+        async for chunk in self._parse(events):
+            yield chunk
 
-    async def _fail(self, resp: httpx.Response) -> None:
-        body = b""
-        async for piece in resp.aiter_bytes():
-            body += piece
-            if len(body) > MAX_ERROR_BODY:
-                break
-        text = body[:MAX_ERROR_BODY].decode("utf-8", "replace")
-        try:
-            parsed = json.loads(text)
-            err = parsed.get("error") if isinstance(parsed, dict) else None
-            text = str(err.get("message", err) if isinstance(err, dict) else err or text)
-        except ValueError:
-            pass
-        cls = LLMUnavailable if resp.status_code >= 500 else LLMError
-        raise cls(f"OpenAI-compatible server answered HTTP {resp.status_code}: {text[:500]}",
-                  status=resp.status_code)
-
-    async def _parse(self, resp: httpx.Response) -> AsyncIterator[Chunk]:
+    async def _parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Chunk]:
         calls: dict[int, _CallParts] = {}
         usage = Usage()
         reason: str | None = None
-        async for line in resp.aiter_lines():
-            if len(line) > MAX_LINE_CHARS:
-                raise LLMError("OpenAI-compatible server sent an oversized event")
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            try:
-                event = json.loads(data)
-            except ValueError:
-                raise LLMError("OpenAI-compatible server sent an event that is not JSON"
-                               ) from None
-            if not isinstance(event, dict):
-                continue
-            if isinstance(event.get("error"), dict | str):
-                raise LLMError(f"OpenAI-compatible server: {str(event['error'])[:500]}")
+        async for event in events:
             if isinstance(event.get("usage"), dict):
-                usage = _usage(event["usage"])
+                usage = usage_of(event["usage"])
             for choice in event.get("choices") or ():
                 if not isinstance(choice, dict):
                     continue
@@ -225,11 +185,3 @@ class OpenAIBackend:
         self._windows[model] = window
         return window
 
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    def number(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and value >= 0 else 0
-
-    return Usage(prompt_tokens=number("prompt_tokens"),
-                 completion_tokens=number("completion_tokens"))
