@@ -234,6 +234,8 @@ class _Text(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
             self.in_title = True
+        if tag == "body":
+            self.drop = 0  # an unclosed <head> (HTML lets </head> be left out) ends here
         if tag in DROP:
             self.drop += 1
             return
@@ -243,14 +245,14 @@ class _Text(HTMLParser):
                 self.base = urllib.parse.urljoin(self.base, href)
         if self.drop:
             return
-        if tag == "br":
+        if tag in ("br", "li"):
             self._break("\n")
+            if tag == "li":
+                self.out.append("- ")
         elif tag in BLOCK:
             self._break()
             if tag[0] == "h" and tag[1:].isdigit():
                 self.out.append("#" * int(tag[1]) + " ")
-            elif tag == "li":
-                self.out.append("- ")
         if tag == "pre":
             self.pre += 1
         if tag == "a":
@@ -275,7 +277,7 @@ class _Text(HTMLParser):
             self.pre = max(0, self.pre - 1)
         if tag == "a" and self.link is not None:
             self._close_link()
-        elif tag in BLOCK:
+        elif tag in BLOCK and tag != "li":
             self._break()
 
     def _close_link(self) -> None:
