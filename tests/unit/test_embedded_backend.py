@@ -1,7 +1,7 @@
 """The embedded model's backend without the model: step grammar, transcript, and the
 translation of streamed steps into chunks, against a fake `/v1/completions` server on
 loopback. The grammar is also parsed by llama.cpp itself when the embedded model is
-installed (the real model's behaviour is measured by tests/e2e/test_embedded_tools.py)."""
+installed (the real model's behaviour is measured by tests/e2e/test_agent_embedded.py)."""
 
 from __future__ import annotations
 
