@@ -330,10 +330,9 @@ def encode_fitting(answer: dict, limit: int) -> bytes:
         data = json.dumps(answer, ensure_ascii=False).encode("utf-8", "replace")
         if len(data) <= limit:
             return data
-        over = len(data) - limit
         text = answer.get(field) or ""
-        if text:
-            answer[field] = text[: max(0, len(text) - over - 64)]
+        if text:  # characters are not bytes: cut in proportion, with some room
+            answer[field] = text[: max(0, int(len(text) * limit / len(data)) - 64)]
         elif answer.get("links"):
             answer["links"] = answer["links"][: len(answer["links"]) // 2]
         else:
