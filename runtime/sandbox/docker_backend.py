@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.config import Settings
 from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
-from runtime.errors import EngineUnavailable, ImageMissing, SandboxError
+from runtime.errors import EngineUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
@@ -91,10 +91,6 @@ class DockerBackendConfig(BaseModel):
     harden_workspaces_root: bool = True
     kill_grace_s: float = Field(5.0, gt=0, description="wait for the stream after a kill")
     max_threads: int = Field(32, ge=4)
-    image_id_ttl_s: float = Field(
-        5.0, ge=0, description="reuse an image ref's resolved id this long (a rebuilt image "
-        "is picked up after it; 0: inspect on every call)"
-    )
     warm: WarmPoolConfig = Field(
         default_factory=WarmPoolConfig, description="warm containers (size 0: every call cold)"
     )
@@ -140,7 +136,6 @@ class DockerBackend(WarmLaunchMixin):
         self.workspaces_root_state: HardenState | None = None
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
-        self._image_ids: dict[str, tuple[str, float]] = {}  # ref -> (id, resolved at)
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
 
     @classmethod
@@ -269,18 +264,6 @@ class DockerBackend(WarmLaunchMixin):
             if exc.status_code not in (404, 409):
                 log.warning("kill_failed", container=container[:12], error=str(exc))
 
-    async def _resolve_image(self, ref: str) -> str:
-        """The id ``ref`` names (kept ``image_id_ttl_s``: an inspect costs ~2 ms per call).
-
-        Containers are created from the id, so the digest recorded is always the one that ran.
-        """
-        known = self._image_ids.get(ref)
-        if known is not None and time.monotonic() - known[1] < self.config.image_id_ttl_s:
-            return known[0]
-        image_id = await self._call(self._image_id, ref)
-        self._image_ids[ref] = (image_id, time.monotonic())
-        return image_id
-
     def _image_id(self, image: str) -> str:
         with map_docker_errors(f"inspect the image {image!r}", image=image):
             return str(self.api.inspect_image(image)["Id"])
@@ -349,7 +332,7 @@ class DockerBackend(WarmLaunchMixin):
         started = time.monotonic()
         deadline = started + request.limits.timeout_s
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
-        image_id = await self._resolve_image(request.image)
+        image_id = await self._call(self._image_id, request.image)
         spec = self._spec(request, image_id, egress)
         self._prepare_workspace(request.workspace)
         cold = not self.warm.enabled or egress is not None  # warm ones are made without a socket
@@ -358,15 +341,7 @@ class DockerBackend(WarmLaunchMixin):
         if warm is not None:
             container, attached = warm.id, warm.attached
         else:
-            try:
-                container = await self._acquire(self._remove, self._create, spec)
-            except ImageMissing:  # the id we had was removed since: resolve the ref again
-                if self._image_ids.pop(request.image, None) is None:
-                    raise
-                image_id = await self._resolve_image(request.image)
-                spec = self._spec(request, image_id, egress)
-                container = await self._acquire(self._remove, self._create, spec)
-            attached = None
+            container, attached = await self._acquire(self._remove, self._create, spec), None
         self._running[request.exec_id] = container
         try:
             result = await self._drive(
