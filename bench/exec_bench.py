@@ -188,6 +188,9 @@ async def run_bench(image: str, runs: int, api: bool = True) -> dict[str, Any]:
                 "warm": await _throughput(warm, runs, clients),
                 "docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs, clients),
             }
+        # the sessions above still hold warm containers, up to the per-tenant cap: free them
+        for session in ["warm", *(f"tw{c}-{i}" for c in CONCURRENCY for i in range(c))]:
+            await paths.warm_backend.release_session(session)
         memory = await idle_memory(paths, count=4)
         warm_stats = dict(paths.warm_backend.warm.stats)
     finally:
