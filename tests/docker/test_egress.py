@@ -10,9 +10,7 @@ protection switched off sends no query anywhere.
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import socket
 import threading
 import time
 import uuid
@@ -25,12 +23,12 @@ import pytest
 
 from runtime.audit import AuditLog
 from runtime.egress import EgressConfig
-from runtime.egress.rules import IPAddress
 from runtime.executor import Executor, Invocation
 from runtime.policy import Action, PolicyEngine, Subject, parse_policy
 from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
 from tests.docker.sandbox_fixtures import sweep
+from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
 
@@ -63,23 +61,11 @@ def host_server() -> Iterator[tuple[int, list[str]]]:
     server.server_close()
 
 
-class Table:
-    """The proxies' resolver here: localhost only, every call recorded; never DNS."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[IPAddress]:
-        self.calls.append(host)
-        if host == "localhost":
-            return [ipaddress.ip_address("127.0.0.1")]
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
 
 def make_backend(config: DockerBackendConfig, port: int, *, loopback: bool) -> DockerBackend:
     egress = EgressConfig(ports=(port,), allow_loopback=loopback)
     backend = DockerBackend(config.model_copy(update={"egress": egress}))
-    backend.egress_resolver = Table()
+    backend.egress_resolver = LoopbackOnlyResolver()
     return backend
 
 
@@ -167,7 +153,7 @@ async def test_a_name_not_on_the_allowlist_is_refused_without_a_lookup(
     assert status == 403 and "not in the allowlist" in body
     report = result.egress
     assert report is not None and report.lookups == 0 and report.refused == 1
-    assert isinstance(egress_backend.egress_resolver, Table)
+    assert isinstance(egress_backend.egress_resolver, LoopbackOnlyResolver)
     assert egress_backend.egress_resolver.calls == []
     assert report.allowed == 0 and hits == []
 

@@ -8,9 +8,7 @@ table (``localhost`` -> 127.0.0.1, anything else: no such name), never DNS.
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -23,7 +21,6 @@ import pytest
 
 from runtime.audit import AuditLog
 from runtime.egress import EgressConfig
-from runtime.egress.rules import IPAddress
 from runtime.errors import PolicyDenied
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject, parse_policy
@@ -32,6 +29,7 @@ from runtime.tools import ToolContext, ToolResult
 from runtime.tools.builtin import HttpRequestTool, WebViewTool
 from runtime.tools.registry import ToolRegistry
 from tests.docker.sandbox_fixtures import sweep
+from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,18 +105,6 @@ def web_server() -> Iterator[Server]:
     httpd.server_close()
 
 
-class Table:
-    """The proxies' resolver: localhost only, every call recorded; never DNS."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[IPAddress]:
-        self.calls.append(host)
-        if host == "localhost":
-            return [ipaddress.ip_address("127.0.0.1")]
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
 
 POLICY = """
 version: 1
@@ -141,7 +127,7 @@ class Rig:
     registry: ToolRegistry
     executor: Executor
     audit: AuditLog
-    resolver: Table
+    resolver: LoopbackOnlyResolver
 
     async def call(self, tool: str, args: dict[str, Any],
                    subject: Subject = SUBJECT) -> ToolResult:
@@ -159,7 +145,7 @@ async def make_rig(engine: PolicyEngine, backend: DockerBackend, image: str,
     executor = Executor(engine=engine, backend=backend, audit=audit,
                         resolve_image=lambda _: image)
     registry = ToolRegistry([HttpRequestTool(), WebViewTool()], policy=engine)
-    assert isinstance(backend.egress_resolver, Table)
+    assert isinstance(backend.egress_resolver, LoopbackOnlyResolver)
     try:
         yield Rig(registry, executor, audit, backend.egress_resolver)
     finally:
@@ -173,7 +159,7 @@ async def web_backend(
 ) -> AsyncIterator[DockerBackend]:
     egress = EgressConfig(ports=(web_server.port,), allow_loopback=True)
     backend = DockerBackend(backend_config.model_copy(update={"egress": egress}))
-    backend.egress_resolver = Table()
+    backend.egress_resolver = LoopbackOnlyResolver()
     await backend.start()
     yield backend
     await backend.close()

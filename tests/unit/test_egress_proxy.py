@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import ipaddress
 import os
-import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,26 +19,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from runtime.egress import EgressConfig, EgressProxy, egress_proxy, system_resolver
-from runtime.egress.rules import IPAddress
+from tests.fakes.resolver import LoopbackOnlyResolver
 
 
-class Recorder:
-    """A resolver with a fixed table, counting its calls (so a test can say "no lookup")."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def __call__(self, host: str, port: int) -> list[IPAddress]:
-        self.calls.append(host)
-        if host == "localhost":
-            return [ipaddress.ip_address("127.0.0.1")]
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
-
-def open_proxy(allow: list[str], config: EgressConfig, directory: Path, *,
-               resolver: Recorder | None = None) -> contextlib.AbstractAsyncContextManager[
-                   EgressProxy]:
-    return egress_proxy(allow, config, directory, resolver=resolver or Recorder())
+def open_proxy(
+    allow: list[str], config: EgressConfig, directory: Path, *,
+    resolver: LoopbackOnlyResolver | None = None,
+) -> contextlib.AbstractAsyncContextManager[EgressProxy]:
+    return egress_proxy(allow, config, directory, resolver=resolver or LoopbackOnlyResolver())
 
 
 async def test_the_system_resolver_reads_localhost_from_the_hosts_file() -> None:
@@ -141,7 +128,7 @@ async def test_a_name_not_allowed_is_refused_before_any_lookup(
     tmp_path: Path, upstream: Upstream
 ) -> None:
     """Red if the allowlist check is skipped (the name would be looked up)."""
-    resolver = Recorder()
+    resolver = LoopbackOnlyResolver()
     with capture_logs() as logs:
         async with open_proxy(["localhost"], config_for(upstream), tmp_path,
                                 resolver=resolver) as proxy:
