@@ -119,7 +119,9 @@ async def test_fork_bomb_is_contained_and_host_stays_responsive(
 ) -> None:
     started = time.monotonic()
     bomb = asyncio.create_task(
-        run(["bash", "-c", "f(){ f | f & }; f; wait"], limits=Limits(timeout_s=5, pids=64))
+        # the top-level shell stays (its `wait` would return at once: the bomb's processes are
+        # not its children) so the container lives until the bomb meets the pids limit
+        run(["bash", "-c", "f(){ f | f & }; f; sleep 2"], limits=Limits(timeout_s=5, pids=64))
     )
     await asyncio.sleep(2)  # the bomb is going off now
     probe_started = time.monotonic()
