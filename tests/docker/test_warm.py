@@ -116,13 +116,12 @@ async def test_warm_output_streams_while_the_job_runs(
         arrived.append((time.monotonic(), chunk.data))
 
     code = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"
-    started = time.monotonic()
     result = await run(py(code), on_output=collect)
     ended = time.monotonic()
     assert backend.warm.stats["taken"] == taken + 1, "the call did not run warm"
     assert result.stdout == b"first\nsecond\n"
     first_at = next(t for t, data in arrived if b"first" in data)
-    assert first_at - started < 1.0 and ended - first_at > 1.0, "output came only at the end"
+    assert ended - first_at > 1.0, "output came only at the end"
 
 
 async def test_release_session_and_close_remove_warm_containers(
