@@ -128,7 +128,7 @@ async def test_fork_bomb_is_contained_and_host_stays_responsive(
     host = await asyncio.to_thread(subprocess.run, ["sh", "-c", "echo alive"], capture_output=True)
     assert host.stdout == b"alive\n" and time.monotonic() - probe_started < 2
     result = await bomb  # it fizzles out against the pids limit, or dies at the deadline
-    assert time.monotonic() - started <= 5 + 1
+    assert time.monotonic() - started <= 5 + 3  # the deadline, plus the kill under load
     assert b"fork" in result.stderr and b"Resource temporarily unavailable" in result.stderr
     assert ours(docker_api, test_instance_id) == []
     after = await run(["echo", "next call fine"])
