@@ -5,6 +5,9 @@ Nothing else may call ``SandboxBackend.run``. One call::
     quota check -> policy decide -> (ask: approver) -> audit intent (fsync) -> backend.run
     -> audit outcome
 
+(The backend prepares — resolves the image, creates or takes a container — while the
+intent is being fsync'd, and starts the job only once it is durable: ``before_start``.)
+
 Use (API routes, tools, the CLI)::
 
     executor = Executor(engine=..., backend=..., audit=..., resolve_image=lambda n: ref,
@@ -240,26 +243,28 @@ class Executor:
                   "egress": decision.egress_allowlist}
         common = {**base, "decision": decision.verdict, "rule": decision.rule, "image": image,
                   "limits": limits}
-        intent = await self.audit.append(AuditEntry(
+        # The intent's fsync overlaps the backend's preparation (image, container); the
+        # backend awaits it before anything runs in the container (``before_start``).
+        intent_write = asyncio.ensure_future(self.audit.append(AuditEntry(
             kind="intent", reason=decision.reason, tool_hash=action.tool_hash,
             stdin_sha256=sha256_hex(invocation.stdin), stdin_size=len(invocation.stdin),
-            **common))
+            **common)))
         self._running[exec_id] = subject.session
         try:
-            result = await self.backend.run(request, on_output)
+            result = await self.backend.run(request, on_output, before_start=intent_write)
         except asyncio.CancelledError:
-            await asyncio.shield(self._interrupted(exec_id, common, "cancelled"))
-            raise
-        except NaviError as exc:
-            await self.audit.append(AuditEntry(kind="outcome", detail=f"error: {exc.code}",
-                                               **common))
+            await asyncio.shield(self._cancelled(exec_id, common, intent_write))
             raise
         except Exception as exc:
-            await self.audit.append(AuditEntry(
-                kind="outcome", detail=f"error: {type(exc).__name__}", **common))
+            if (failed := await _failure_of(intent_write)) is not None:
+                raise failed from None  # no intent: nothing ran, nothing to close
+            detail = exc.code if isinstance(exc, NaviError) else type(exc).__name__
+            await self.audit.append(AuditEntry(kind="outcome", detail=f"error: {detail}",
+                                               **common))
             raise
         finally:
             self._running.pop(exec_id, None)
+        intent = await intent_write  # the backend awaited it before the container ran
         why = self._killed.pop(exec_id, None)
         record = await self.audit.append(AuditEntry(
             kind="outcome", image_digest=result.image_digest, exit_code=result.exit_code,
@@ -274,6 +279,17 @@ class Executor:
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
                            audit_seq=record.seq, intent_seq=intent.seq,
                            timeout_s=decision.limits.timeout_s)
+
+    async def _cancelled(
+        self, exec_id: str, common: dict[str, Any], intent_write: asyncio.Future[Any]
+    ) -> None:
+        if await _failure_of(intent_write) is None:
+            await self._interrupted(exec_id, common, "cancelled")
+            return
+        try:  # no intent, so nothing ran and there is nothing to close; just make sure
+            await self.backend.kill(exec_id)
+        except Exception as exc:  # the reaper removes what a failed kill leaves
+            log.warning("exec_kill_failed", error=str(exc))
 
     async def _interrupted(self, exec_id: str, common: dict[str, Any], why: str) -> None:
         try:
@@ -312,3 +328,12 @@ class Executor:
     async def kill_all(self, reason: str) -> None:
         for exec_id in self.running():
             await self.kill(exec_id, reason)
+
+
+async def _failure_of(write: asyncio.Future[Any]) -> BaseException | None:
+    """Wait for an audit write; its exception, or None once it is durable."""
+    try:
+        await asyncio.shield(write)
+    except Exception as exc:
+        return exc
+    return None

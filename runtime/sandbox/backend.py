@@ -17,9 +17,16 @@ class SandboxBackend(Protocol):
     """Runs one request in one fresh container; only ``runtime.executor`` may call it."""
 
     async def run(
-        self, request: ExecRequest, on_output: OutputCallback | None = None
+        self, request: ExecRequest, on_output: OutputCallback | None = None, *,
+        before_start: Awaitable[object] | None = None,
     ) -> ExecResult:
-        """Run to completion; ``on_output`` receives chunks live while the container runs."""
+        """Run to completion; ``on_output`` receives chunks live while the container runs.
+
+        ``before_start``: awaited after the container is prepared (image resolved, container
+        created or a warm one taken) and before anything runs in it; if it raises, nothing
+        runs, the container is removed and the error propagates. The Executor passes its
+        write-ahead audit intent here, so preparing overlaps the fsync.
+        """
         ...
 
     async def kill(self, exec_id: str) -> None:

@@ -37,7 +37,7 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -314,19 +314,22 @@ class DockerBackend(WarmLaunchMixin):
         )
 
     async def run(
-        self, request: ExecRequest, on_output: OutputCallback | None = None
+        self, request: ExecRequest, on_output: OutputCallback | None = None, *,
+        before_start: Awaitable[object] | None = None,
     ) -> ExecResult:
         if request.network == "egress":  # its proxy lives exactly as long as the call
             async with egress_proxy(request.egress_allowlist, self.config.egress,
                                     self.config.data_dir / "egress",
                                     exec_id=request.exec_id,
                                     resolver=self.egress_resolver) as proxy:
-                result = await self._run_call(request, on_output, proxy.socket_path)
+                result = await self._run_call(request, on_output, proxy.socket_path,
+                                              before_start)
             return result.model_copy(update={"egress": proxy.report()})
-        return await self._run_call(request, on_output, None)
+        return await self._run_call(request, on_output, None, before_start)
 
     async def _run_call(
-        self, request: ExecRequest, on_output: OutputCallback | None, egress: Path | None
+        self, request: ExecRequest, on_output: OutputCallback | None, egress: Path | None,
+        before_start: Awaitable[object] | None = None,
     ) -> ExecResult:
         await self.start()
         started = time.monotonic()
@@ -344,6 +347,13 @@ class DockerBackend(WarmLaunchMixin):
             container, attached = await self._acquire(self._remove, self._create, spec), None
         self._running[request.exec_id] = container
         try:
+            if before_start is not None:  # e.g. the audit intent: nothing runs before it
+                try:
+                    await before_start
+                except BaseException:
+                    if attached is not None:  # a taken warm container's attach socket
+                        attach.shutdown(attached)
+                    raise
             result = await self._drive(
                 container, request, image_id, started, deadline, on_output, attached
             )

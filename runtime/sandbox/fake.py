@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from runtime.sandbox.backend import OutputCallback
@@ -59,8 +59,11 @@ class FakeBackend:
         return list(self._running)
 
     async def run(
-        self, request: ExecRequest, on_output: OutputCallback | None = None
+        self, request: ExecRequest, on_output: OutputCallback | None = None, *,
+        before_start: Awaitable[object] | None = None,
     ) -> ExecResult:
+        if before_start is not None:
+            await before_start
         self.requests.append(request)
         item = self._script.popleft() if self._script else self._default
         response = item(request) if callable(item) else item
