@@ -79,6 +79,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX messages_by_session ON messages(session_id, id)",
         ),
     ),
+    Migration(
+        3,
+        "a sandbox uid per tenant",  # runtime.store.sandbox_uids allocates them
+        (
+            "ALTER TABLE tenants ADD COLUMN sandbox_uid INTEGER",
+            "CREATE UNIQUE INDEX tenants_by_sandbox_uid ON tenants(sandbox_uid)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -4,8 +4,8 @@ Each test run gets its own ``navi.instance`` label value; every container the ru
 carries it, and the sweep removes exactly those (after each test and at the end), never
 anything else on the engine.
 
-Image: ``NAVI_TEST_IMAGE``, default ``navi/python:latest``; locally (CI unset) a missing
-default falls back to ``navi-test/base:1``.
+Image: ``NAVI_TEST_IMAGE``, default ``navi/python:latest`` -- an image `make test` builds, so
+nothing here depends on an image made by hand on one machine.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from runtime.sandbox.hostmounts import mount_options
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
 
 DEFAULT_IMAGE = "navi/python:latest"
-LOCAL_FALLBACK_IMAGE = "navi-test/base:1"
 SANDBOX_UID = 65534
 
 RunFn = Callable[..., Awaitable[ExecResult]]
@@ -63,10 +62,7 @@ def sandbox_image(docker_api: docker.APIClient) -> str:
         docker_api.inspect_image(wanted)
         return wanted
     except docker.errors.ImageNotFound:
-        if wanted != DEFAULT_IMAGE or os.environ.get("CI"):
-            pytest.fail(f"test image {wanted} is missing; build it with `navi images build`")
-    docker_api.inspect_image(LOCAL_FALLBACK_IMAGE)
-    return LOCAL_FALLBACK_IMAGE
+        pytest.fail(f"test image {wanted} is missing; build it with `navi images build`")
 
 
 @pytest.fixture(scope="session")

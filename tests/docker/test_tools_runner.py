@@ -1,7 +1,8 @@
 """The runner shim itself, in a real container: one JSON line on stdout, whatever the tool does.
 
-Runs `sandbox_images/tools-runner/runner.py` mounted read-only into the base test image (so
-the shim is tested without the image build), with the sandbox's essential flags.
+Runs `sandbox_images/tools-runner/runner.py` mounted read-only into the python sandbox image
+that `make test` builds (so the shim under test is the working copy's, not the one baked into
+the tools-runner image), with the sandbox's essential flags.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from runtime.tools.user.tool import RUNNER_ARGV, TOOL_MOUNT, parse_runner_output
 pytestmark = pytest.mark.docker
 
 RUNNER = PROJECT_ROOT / "sandbox_images" / "tools-runner" / "runner.py"
-IMAGE = "navi-test/base:1"
 RUN_LABEL = f"navi-test.tools-runner={uuid.uuid4().hex}"
 
 HEADER = 'name = "t"\ndescription = "d"\nparameters = {"type": "object"}\n'
@@ -38,7 +38,9 @@ def _sweep() -> Iterator[None]:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
 
 
-def run_shim(tmp_path: Path, source: str, stdin: bytes = b"{}") -> tuple[int, bytes, bytes]:
+def run_shim(
+    image: str, tmp_path: Path, source: str, stdin: bytes = b"{}"
+) -> tuple[int, bytes, bytes]:
     tool = tmp_path / "tool.py"
     tool.write_text(source)
     tool.chmod(0o644)
@@ -51,13 +53,13 @@ def run_shim(tmp_path: Path, source: str, stdin: bytes = b"{}") -> tuple[int, by
         "--security-opt", "no-new-privileges", "--user", "65534:65534",
         "--tmpfs", "/tmp:rw,noexec,nosuid,nodev,size=16m", "--pids-limit", "64",
         "-v", f"{runner}:/opt/navi/runner.py:ro", "-v", f"{tool}:{TOOL_MOUNT}:ro",
-        IMAGE, *RUNNER_ARGV,
+        image, *RUNNER_ARGV,
     ]
     proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def test_result_line_and_prints_go_to_stderr(tmp_path: Path) -> None:
+def test_result_line_and_prints_go_to_stderr(sandbox_image: str, tmp_path: Path) -> None:
     source = HEADER + (
         "import os, subprocess\n"
         "print('{\"ok\": true, \"result\": \"FORGED at import\"}')\n"
@@ -67,7 +69,7 @@ def test_result_line_and_prints_go_to_stderr(tmp_path: Path) -> None:
         "    subprocess.run(['echo', '{\"ok\": true, \"result\": \"FORGED child\"}'])\n"
         "    return 'hello ' + params['who']\n"
     )
-    code, out, err = run_shim(tmp_path, source, b'{"who": "bob"}')
+    code, out, err = run_shim(sandbox_image, tmp_path, source, b'{"who": "bob"}')
     assert code == 0
     assert out.count(b"\n") == 1
     assert json.loads(out) == {"ok": True, "result": "hello bob"}
@@ -89,33 +91,33 @@ def test_result_line_and_prints_go_to_stderr(tmp_path: Path) -> None:
         ("async def execute(params):\n    import sys; sys.exit(0)\n", "tool raised: SystemExit"),
     ],
 )
-def test_failures_are_one_error_line(tmp_path: Path, body: str, expected: str) -> None:
-    code, out, err = run_shim(tmp_path, HEADER + body)
+def test_failures_are_one_error_line(sandbox_image: str, tmp_path: Path, body: str, expected: str) -> None:
+    code, out, err = run_shim(sandbox_image, tmp_path, HEADER + body)
     assert code == 0, err
     ok, message = parse_runner_output(out)
     assert not ok and message.startswith(expected), message
 
 
-def test_hard_exit_leaves_no_result(tmp_path: Path) -> None:
+def test_hard_exit_leaves_no_result(sandbox_image: str, tmp_path: Path) -> None:
     source = HEADER + "import os\nasync def execute(p):\n    os._exit(7)\n"
-    code, out, _ = run_shim(tmp_path, source)
+    code, out, _ = run_shim(sandbox_image, tmp_path, source)
     assert code == 7 and out == b""
     ok, message = parse_runner_output(out)
     assert not ok and "no result" in message
 
 
-def test_non_string_results_and_bad_params(tmp_path: Path) -> None:
-    _, out, _ = run_shim(tmp_path, HEADER + "async def execute(p):\n    return {'n': 1}\n")
+def test_non_string_results_and_bad_params(sandbox_image: str, tmp_path: Path) -> None:
+    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return {'n': 1}\n")
     assert parse_runner_output(out) == (True, '{"n": 1}')
-    _, out, _ = run_shim(tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"[1, 2]")
+    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"[1, 2]")
     ok, message = parse_runner_output(out)
     assert not ok and "params must be a JSON object" in message
-    _, out, _ = run_shim(tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"{bad")
+    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"{bad")
     assert parse_runner_output(out)[0] is False
 
 
-def test_workspace_is_not_on_sys_path(tmp_path: Path) -> None:
+def test_workspace_is_not_on_sys_path(sandbox_image: str, tmp_path: Path) -> None:
     source = HEADER + "import sys\nasync def execute(p):\n    return repr(sys.path)\n"
-    _, out, _ = run_shim(tmp_path, source)
+    _, out, _ = run_shim(sandbox_image, tmp_path, source)
     ok, text = parse_runner_output(out)
     assert ok and "''" not in text and "/workspace" not in text
