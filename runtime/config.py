@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -75,6 +76,13 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("data_dir", "policy", "profiles_dir", "embedded_dir", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """Relative paths (``NAVI_DATA_DIR=./data``, ``--data-dir data``) are resolved once, at
+        start-up, against the working directory: bind-mount sources must be absolute."""
+        return None if value is None else Path(os.path.abspath(value))
 
     @property
     def workspaces_dir(self) -> Path:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,33 @@ def _engine_reachable() -> str | None:
         return None
     except Exception as exc:  # any failure means: no engine
         return f"{type(exc).__name__}: {exc}"
+
+
+def _release_mounts_under(root: str) -> None:
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        points = [line.split()[1].replace("\\040", " ") for line in mounts]
+    for point in sorted(points, key=len, reverse=True):
+        if point.startswith(root.rstrip(os.sep) + os.sep):
+            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Before pytest removes old temp dirs: a supervisor killed outside this run's control
+    (kill -9, a crashed CI job) may have left a mount under an old run's dir, and removing a
+    busy mount point fails the run ("Device or resource busy", warnings are errors). Release
+    mounts under ended runs' dirs only: a run still going holds its ``.lock``."""
+    if os.geteuid() != 0 or config.option.basetemp:
+        return
+    user = getpass.getuser()
+    root = os.path.join(tempfile.gettempdir(), f"pytest-of-{user}")
+    try:
+        runs = [entry for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for run in runs:
+        if not os.path.exists(os.path.join(run.path, ".lock")):
+            _release_mounts_under(os.path.realpath(run.path))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -40,12 +69,7 @@ def _release_test_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     """A supervisor killed by a test (SIGKILL) leaves its nosuid,nodev workspaces-root bind
     mount behind; release those under this run's temp dir so the temp dir stays removable."""
     yield
-    base = os.path.realpath(tmp_path_factory.getbasetemp())
-    with open("/proc/self/mounts", encoding="utf-8") as mounts:
-        points = [line.split()[1].replace("\\040", " ") for line in mounts]
-    for point in sorted(points, key=len, reverse=True):
-        if point.startswith(base + os.sep):
-            subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+    _release_mounts_under(os.path.realpath(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(autouse=True)

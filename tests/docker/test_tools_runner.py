@@ -91,7 +91,9 @@ def test_result_line_and_prints_go_to_stderr(sandbox_image: str, tmp_path: Path)
         ("async def execute(params):\n    import sys; sys.exit(0)\n", "tool raised: SystemExit"),
     ],
 )
-def test_failures_are_one_error_line(sandbox_image: str, tmp_path: Path, body: str, expected: str) -> None:
+def test_failures_are_one_error_line(
+    sandbox_image: str, tmp_path: Path, body: str, expected: str
+) -> None:
     code, out, err = run_shim(sandbox_image, tmp_path, HEADER + body)
     assert code == 0, err
     ok, message = parse_runner_output(out)
@@ -107,12 +109,14 @@ def test_hard_exit_leaves_no_result(sandbox_image: str, tmp_path: Path) -> None:
 
 
 def test_non_string_results_and_bad_params(sandbox_image: str, tmp_path: Path) -> None:
-    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return {'n': 1}\n")
+    returns_x = HEADER + "async def execute(p):\n    return 'x'\n"
+    returns_dict = HEADER + "async def execute(p):\n    return {'n': 1}\n"
+    _, out, _ = run_shim(sandbox_image, tmp_path, returns_dict)
     assert parse_runner_output(out) == (True, '{"n": 1}')
-    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"[1, 2]")
+    _, out, _ = run_shim(sandbox_image, tmp_path, returns_x, b"[1, 2]")
     ok, message = parse_runner_output(out)
     assert not ok and "params must be a JSON object" in message
-    _, out, _ = run_shim(sandbox_image, tmp_path, HEADER + "async def execute(p):\n    return 'x'\n", b"{bad")
+    _, out, _ = run_shim(sandbox_image, tmp_path, returns_x, b"{bad")
     assert parse_runner_output(out)[0] is False
 
 

@@ -1,0 +1,118 @@
+"""README's first command and its tour, exactly as a new user runs them.
+
+A copy of the checkout (what `git clone` would give, plus uncommitted edits) gets the
+project's venv, then `make run` with no arguments (the Makefile's relative `./data`, port
+8000) and the tour block is cut out of README.md and run verbatim by bash. The block is read
+from README.md by this test, so README and test cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+README_PORT = 8000
+
+
+def tour_block(readme: str) -> str:
+    section = readme.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert match, "README's tour has no ```sh block"
+    return match.group(1)
+
+
+def copy_checkout(dest: Path) -> None:
+    """Tracked and untracked-but-not-ignored files: a clone of the working tree."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = ROOT / os.fsdecode(name)
+        if not source.is_file():  # deleted in the work tree
+            continue
+        target = dest / os.fsdecode(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Iterator[Path]:
+    if not port_free(README_PORT):
+        pytest.fail(f"port {README_PORT} is taken: README's `make run` needs it")
+    checkout = tmp_path / "navi"
+    copy_checkout(checkout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAVI_")}
+    log = (tmp_path / "make-run.log").open("wb")
+    process = subprocess.Popen(["make", "run"], cwd=checkout, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (tmp_path / "make-run.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{README_PORT}/v1/healthz", timeout=1).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            pytest.fail("make run did not serve within 120 s:\n"
+                        + (tmp_path / "make-run.log").read_text())
+        yield checkout
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def test_readme_tour_runs_as_written(make_run: Path) -> None:
+    checkout = make_run
+    assert (checkout / "data" / "admin-token").is_file()
+    block = tour_block((checkout / "README.md").read_text())
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=checkout,
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    # 2. the upload's listing entry, then 3. the exec answer (curl adds no newlines)
+    decoder = json.JSONDecoder()
+    upload, end = decoder.raw_decode(out)
+    assert upload["path"] == "numbers.txt" and upload["size"] == 6, upload
+    exec_result, _ = decoder.raw_decode(out, end)
+    assert exec_result["ok"] is True and exec_result["stdout"] == "12\n", exec_result
+    # 4. streamed: each step arrives as an exec_output event, then the result
+    assert all(f"step {i}" in out for i in (1, 2, 3)), out
+    # 5. the file the code wrote, the audit's last rule, a verified chain
+    lines = out.splitlines()
+    assert "12" in lines, out
+    verify = json.loads(lines[-1])
+    assert verify["ok"] is True and verify["first_bad_seq"] is None, verify
+    assert lines[-2].startswith("profiles.developer"), lines[-2]
