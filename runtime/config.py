@@ -54,7 +54,18 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] = Field("console", description="Log renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
     image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")
-    sandbox_uid: int = Field(65534, ge=1, description="uid:gid sandboxed code runs as.")
+    sandbox_uid: int = Field(
+        65534, ge=1, description="uid:gid of sandboxes that belong to no tenant (`navi exec`, "
+        "`navi doctor`); a tenant's run as their own uid from `sandbox_uid_base`.")
+    sandbox_uid_base: int = Field(
+        200000, ge=1000, le=2**31 - 2**20, description="Tenants' sandbox uids are taken from "
+        "here upwards (one per tenant, stable, never one in the host's passwd).")
+    disk_reserve_mb: int = Field(
+        1024, ge=0, description="Free space kept on the data disk: a session disk is made only "
+        "while what all session disks may still grow by fits beside it.")
+    disk_overcommit: float = Field(
+        1.0, ge=1.0, description="How far session disks may overcommit the data disk's free "
+        "space and a tenant's disk quota (1: not at all; session disks are sparse files).")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
     warm_pool_size: int = Field(

@@ -5,6 +5,8 @@
     ├── InvalidInput                bad arguments from a caller (400/422)
     │   └── InvalidPath             a workspace path that is unsafe or not allowed
     ├── PayloadTooLarge             upload or disk limit (413)
+    │   └── DiskQuotaExceeded       a session's or tenant's disk quota (413 disk_quota)
+    ├── DiskFull                    the server's data disk has no room (507)
     ├── Unauthorized                missing or bad token (401)
     ├── Forbidden                   wrong role (403)
     │   └── PolicyDenied            the policy engine said deny (403, names the rule)
@@ -49,6 +51,14 @@ class InvalidPath(InvalidInput):
 
 class PayloadTooLarge(NaviError):
     code = "too_large"
+
+
+class DiskQuotaExceeded(PayloadTooLarge):
+    code = "disk_quota"
+
+
+class DiskFull(NaviError):
+    code = "disk_full"
 
 
 class Unauthorized(NaviError):

@@ -237,7 +237,7 @@ class Executor:
             mounts=invocation.mounts, limits=decision.limits,
             network="egress" if decision.egress_allowlist else "none",
             egress_allowlist=decision.egress_allowlist, exec_id=exec_id,
-            tenant=subject.tenant, session=subject.session,
+            tenant=subject.tenant, session=subject.session, uid=subject.sandbox_uid,
         )
         limits = {**decision.limits.model_dump(), "network": decision.network,
                   "egress": decision.egress_allowlist}

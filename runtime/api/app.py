@@ -52,6 +52,9 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                          on_append=metrics.audit_write.observe)
         await audit.open()
         opened.append(audit.close)
+        workspaces = Workspaces.from_settings(settings)
+        await asyncio.to_thread(workspaces.start)  # before the backend mounts anything
+        opened.append(lambda: asyncio.to_thread(workspaces.close))
         if backend is None:
             backend = DockerBackend.from_settings(settings, instance_id=instance, warm_pool=True)
         opened.append(backend.close)
@@ -69,7 +72,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         raise
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
-                        workspaces=Workspaces.from_settings(settings), agent=agent,
+                        workspaces=workspaces, agent=agent,
                         metrics=metrics)
     await _start_sandbox(services)
     return services

@@ -89,7 +89,8 @@ async def subject_for(services: Services, principal: Principal, session: Session
         services.policy.default_profile(tenant_name) or "developer")
     return Subject(tenant=principal.tenant_id, tenant_name=tenant_name, role=principal.role,
                    user=principal.token_id, profile=chosen,
-                   session=session.id if session is not None else "none")
+                   session=session.id if session is not None else "none",
+                   sandbox_uid=await services.sandbox_uid(principal.tenant_id))
 
 
 async def _session_of_caller(session_id: str, request: Request, principal: SessionUser

@@ -24,6 +24,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.InvalidPath, 400),
     (errors.InvalidInput, 400),
     (errors.PayloadTooLarge, 413),
+    (errors.DiskFull, 507),
     (errors.Unauthorized, 401),
     (errors.PolicyDenied, 403),
     (errors.Forbidden, 403),

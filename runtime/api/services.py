@@ -54,6 +54,8 @@ class Services:
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     agent: Any = None  # runtime.agent.AgentService (the agent loop's turns)
     _tenant_names: dict[str, str] = field(default_factory=dict)
+    _sandbox_uids: dict[str, int] = field(default_factory=dict)
+    session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def tenant_name(self, tenant_id: str) -> str:
         name = self._tenant_names.get(tenant_id)
@@ -62,6 +64,14 @@ class Services:
             name = tenant.name if tenant is not None else tenant_id
             self._tenant_names[tenant_id] = name
         return name
+
+    async def sandbox_uid(self, tenant_id: str) -> int:
+        """The uid the tenant's sandboxes run as (stable; cached once known)."""
+        uid = self._sandbox_uids.get(tenant_id)
+        if uid is None:
+            uid = await self.store.tenant_sandbox_uid(tenant_id, self.settings.sandbox_uid_base)
+            self._sandbox_uids[tenant_id] = uid
+        return uid
 
     def approver_for(self, bus: SessionEventBus) -> Approver:
         """An approver that asks the session's humans: `approval_required` on the bus, then
@@ -94,6 +104,9 @@ class Services:
         await asyncio.to_thread(self.workspaces.remove, record.tenant_id, record.id)
         self.hub.drop(record.id)
 
+    async def _close_workspaces(self) -> None:
+        await asyncio.to_thread(self.workspaces.close)
+
     async def kill_running(self, reason: str) -> None:
         with contextlib.suppress(Exception):
             await self.executor.kill_all(reason)
@@ -109,7 +122,8 @@ class Services:
                 await self.agent.close()
         await self.kill_running("supervisor shutdown")
         self.hub.close()
-        for closer in (self.tools.close, self.backend.close, self.audit.close, self.store.close):
+        for closer in (self.tools.close, self.backend.close, self._close_workspaces,
+                       self.audit.close, self.store.close):
             try:
                 await closer()
             except Exception as exc:  # keep closing the rest

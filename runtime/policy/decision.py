@@ -23,6 +23,8 @@ class Subject(BaseModel):
     user: str = "local"
     profile: str = "developer"
     session: str = "local"
+    sandbox_uid: int | None = Field(None, ge=1, description="the tenant's sandbox uid "
+                                    "(None: the server's default, for runs of no tenant)")
 
     @property
     def policy_tenant(self) -> str:

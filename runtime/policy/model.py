@@ -108,8 +108,11 @@ class QuotasSpec(Strict):
 
     max_concurrent: int | None = Field(None, ge=1, le=1024)
     execs_per_minute: int | None = Field(None, ge=1, le=100000)
-    session_disk_mb: int | None = Field(None, ge=1, le=1048576)
+    session_disk_mb: int | None = Field(None, ge=16, le=1048576)
     upload_mb: int | None = Field(None, ge=1, le=65536)
+    tenant_disk_mb: int | None = Field(None, ge=16, le=16777216,
+                                       description="all of the tenant's sessions together")
+    sessions_per_tenant: int | None = Field(None, ge=1, le=100000)
 
 
 class Quotas(Strict):
@@ -119,6 +122,8 @@ class Quotas(Strict):
     execs_per_minute: int = 60
     session_disk_mb: int = 1024
     upload_mb: int = 100
+    tenant_disk_mb: int = 10240
+    sessions_per_tenant: int = 100
 
 
 class Defaults(Strict):

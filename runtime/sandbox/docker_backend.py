@@ -281,12 +281,25 @@ class DockerBackend(WarmLaunchMixin):
         except Exception as exc:  # the reaper removes it later (lease)
             log.error("container_remove_failed", container=container[:12], error=str(exc))
 
-    def _prepare_workspace(self, workspace: Path | None) -> None:
+    def _artifacts_dir(self, request: ExecRequest) -> Path:
+        """Beside the workspace, on the session's own disk (they count against its quota and
+        go with it; the sandbox cannot reach them), else under the data dir."""
+        if request.workspace is not None:
+            beside = request.workspace.parent / "artifacts"
+            if beside.is_dir() and not beside.is_symlink():
+                return beside
+        return self.config.artifacts_dir / request.session
+
+    def _uid(self, request: ExecRequest) -> int:
+        return request.uid if request.uid is not None else self.config.sandbox_uid
+
+    def _prepare_workspace(self, request: ExecRequest) -> None:
         """The sandbox user must own the workspace directory to write in it."""
+        workspace = request.workspace
         if workspace is None or os.geteuid() != 0:
             return
         st = os.lstat(workspace)
-        uid = self.config.sandbox_uid
+        uid = self._uid(request)
         if (st.st_uid, st.st_gid) != (uid, uid):
             os.chown(workspace, uid, uid, follow_symlinks=False)
 
@@ -306,7 +319,7 @@ class DockerBackend(WarmLaunchMixin):
             request,
             image_id=image_id,
             seccomp_profile=self._seccomp,
-            sandbox_uid=self.config.sandbox_uid,
+            sandbox_uid=self._uid(request),
             instance_id=self.instance_id,
             lease_until=lease_until,
             workspaces_root=self.config.workspaces_root,
@@ -337,7 +350,7 @@ class DockerBackend(WarmLaunchMixin):
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
         image_id = await self._call(self._image_id, request.image)
         spec = self._spec(request, image_id, egress)
-        self._prepare_workspace(request.workspace)
+        self._prepare_workspace(request)
         cold = not self.warm.enabled or egress is not None  # warm ones are made without a socket
         key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"
         warm = await self.warm.take(key) if key is not None else None
@@ -412,7 +425,7 @@ class DockerBackend(WarmLaunchMixin):
             nonce = os.urandom(16).hex()
             stdin, cold = job_frame(request.argv, nonce) + stdin, False
         sock = attach.raw_socket(attached)
-        base = self.config.artifacts_dir / request.session / request.exec_id
+        base = self._artifacts_dir(request) / request.exec_id
         captures = {
             attach.STDOUT: StreamCapture(
                 name="stdout",

@@ -59,6 +59,8 @@ class ExecRequest(BaseModel):
     exec_id: str = Field(pattern=SAFE_ID_PATTERN)
     tenant: str = "local"
     session: str = Field("local", pattern=SAFE_ID_PATTERN)
+    uid: int | None = Field(None, ge=1, description="uid:gid to run as (the tenant's); "
+                            "None: the backend's configured sandbox uid")
 
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import pwd
 import re
 import secrets
 import sqlite3
@@ -41,6 +42,15 @@ from runtime.store.models import (
 )
 
 log = get_logger(__name__)
+
+
+def host_has_uid(uid: int) -> bool:
+    """A uid some host account uses: a sandbox must never run as it."""
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
 
 TOKEN_PLAINTEXT_PREFIX = "navi_"
 TOKEN_MAX_CHARS = 256
@@ -180,6 +190,31 @@ class Store:
     async def list_tenants(self) -> list[Tenant]:
         rows = await self._all("SELECT id, name, created_at FROM tenants ORDER BY created_at", ())
         return [Tenant(**dict(r)) for r in rows]
+
+    async def tenant_sandbox_uid(self, tenant_id: str, base: int) -> int:
+        """The tenant's own sandbox uid, given on first use and kept: the lowest free uid
+        from ``base`` up that no host account (passwd) has. ``NotFound`` for no tenant."""
+        row = await self._one("SELECT sandbox_uid FROM tenants WHERE id = ?", (tenant_id,))
+        if row is None:
+            raise NotFound("no such tenant")
+        if row["sandbox_uid"] is not None:
+            return int(row["sandbox_uid"])
+        for _ in range(100):  # another process may take the same uid first: try the next
+            top = await self._one("SELECT MAX(sandbox_uid) AS top FROM tenants", ())
+            uid = max(base, int(top["top"]) + 1 if top and top["top"] is not None else base)
+            while host_has_uid(uid):
+                uid += 1
+            try:
+                await self._db.execute(
+                    "UPDATE tenants SET sandbox_uid = ? WHERE id = ? AND sandbox_uid IS NULL",
+                    (uid, tenant_id))
+            except sqlite3.IntegrityError:
+                continue
+            row = await self._one("SELECT sandbox_uid FROM tenants WHERE id = ?", (tenant_id,))
+            assert row is not None and row["sandbox_uid"] is not None
+            log.info("tenant_sandbox_uid", tenant=tenant_id, uid=row["sandbox_uid"])
+            return int(row["sandbox_uid"])
+        raise Conflict("could not give the tenant a sandbox uid")
 
     # -- tokens ------------------------------------------------------------------------------
 

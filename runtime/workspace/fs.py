@@ -21,7 +21,7 @@ import platform
 import stat
 from typing import Literal, NoReturn
 
-from runtime.errors import Conflict, InvalidPath, NotFound, PayloadTooLarge
+from runtime.errors import Conflict, DiskQuotaExceeded, InvalidPath, NotFound, PayloadTooLarge
 
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -110,8 +110,10 @@ def oserror_to_navi(exc: OSError, shown: str) -> Exception:
         return Conflict(f"already exists: {shown}")
     if code == errno.EINVAL:
         return InvalidPath(f"invalid path: operation not possible: {shown}")
-    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return PayloadTooLarge("no space left for the workspace")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return DiskQuotaExceeded("the session's disk quota is used up (no space left)")
+    if code == errno.EFBIG:
+        return PayloadTooLarge("file too large")
     if code in (errno.EACCES, errno.EPERM):
         return InvalidPath(f"invalid path: not accessible: {shown}")
     return exc

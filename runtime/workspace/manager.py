@@ -1,10 +1,12 @@
 """Where session workspaces live on the host, and their creation and removal.
 
-Layout: ``<data_dir>/workspaces/<tenant_id>/<session_id>``. The ``workspaces`` and tenant
-directories are root-owned ``0o711``: the sandbox user can neither list them nor replace a
-session directory with a symlink (Docker resolves symlinks in a bind-mount source, so that
-directory must stay ours). Session directories are ``0o770`` and owned by the sandbox uid:gid
-so code in the container can write its working directory.
+Layout: ``<data_dir>/workspaces/<tenant_id>/<session_id>/workspace`` (the bind-mount source;
+``runtime.workspace.disk`` puts each session on a filesystem of its own, sized by its quota).
+The ``workspaces``, tenant and session directories are root-owned ``0o711``: the sandbox user
+can neither list them nor replace a workspace directory with a symlink (Docker resolves
+symlinks in a bind-mount source, so that directory must stay ours). Workspace directories are
+``0o770`` and owned by the tenant's sandbox uid:gid so code in the container can write its
+working directory; files the supervisor writes there get the same owner.
 
 Ids are validated (``runtime.store.ids``) before they touch the file system; every directory
 below the trusted ``root`` is opened ``O_NOFOLLOW``.
@@ -12,6 +14,7 @@ below the trusted ``root`` is opened ``O_NOFOLLOW``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -22,8 +25,10 @@ from runtime.config import Settings
 from runtime.errors import ConfigError, NotFound
 from runtime.logging import get_logger
 from runtime.store.ids import check_session_id, check_tenant_id
+from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
+from runtime.workspace.mount_guard import MountGuard
 from runtime.workspace.workspace import Workspace
 
 log = get_logger(__name__)
@@ -44,23 +49,58 @@ class Workspaces:
         sandbox_gid: int | None = None,
         limits: WorkspaceLimits | None = None,
         use_openat2: bool | None = None,
+        disks: SessionDisks | None = None,
     ) -> None:
         self.root = Path(root)
         self.sandbox_uid = sandbox_uid
         self.sandbox_gid = sandbox_uid if sandbox_gid is None else sandbox_gid
         self.limits = limits or WorkspaceLimits()
         self.use_openat2 = use_openat2
+        self.disks = disks or SessionDisks(self.root, enabled=False)
         # Only root can hand files to another uid; otherwise files stay ours (tests, dev).
-        self._owner = (self.sandbox_uid, self.sandbox_gid) if os.geteuid() == 0 else None
+        self._is_root = os.geteuid() == 0
+        self._guard: MountGuard | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None
                       ) -> Workspaces:
-        return cls(settings.workspaces_dir, sandbox_uid=settings.sandbox_uid, limits=limits)
+        disks = SessionDisks(settings.workspaces_dir,
+                             reserve_bytes=settings.disk_reserve_mb * 1024 * 1024,
+                             overcommit=settings.disk_overcommit)
+        return cls(settings.workspaces_dir, sandbox_uid=settings.sandbox_uid, limits=limits,
+                   disks=disks)
+
+    def start(self) -> None:
+        """Release what a killed instance left mounted, then guard our own mounts: they are
+        released when this process ends, however it ends (``runtime.workspace.mount_guard``)."""
+        if not self._is_root:
+            return
+        self.root.mkdir(parents=True, exist_ok=True, mode=PARENT_MODE)
+        self.disks.reconcile()
+        if self._guard is None:
+            self._guard = MountGuard.start(self.root)
+        if not self.disks.enabled:
+            log.warning("session_disks_off", reason="no loop devices or mkfs.ext4: session "
+                        "disk quotas are not enforced by the kernel")
+
+    def close(self) -> None:
+        """Unmount the session disks (call after the last container is gone)."""
+        self.disks.close()
+        if self._guard is not None:
+            self._guard.stop()
+            self._guard = None
+
+    def session_dir(self, tenant_id: str, session_id: str) -> Path:
+        """The session's directory (its disk's mount point). No I/O."""
+        return self.root / check_tenant_id(tenant_id) / check_session_id(session_id)
 
     def path(self, tenant_id: str, session_id: str) -> Path:
         """Host path of a session workspace (the bind-mount source). No I/O."""
-        return self.root / check_tenant_id(tenant_id) / check_session_id(session_id)
+        return self.session_dir(tenant_id, session_id) / WORKSPACE
+
+    def artifacts_dir(self, tenant_id: str, session_id: str) -> Path:
+        """Full outputs of truncated runs: on the session's disk, beside its workspace."""
+        return self.session_dir(tenant_id, session_id) / ARTIFACTS
 
     def _root_fd(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True, mode=PARENT_MODE)
@@ -90,33 +130,47 @@ class Workspaces:
         finally:
             os.close(root)
 
-    def create(self, tenant_id: str, session_id: str) -> Path:
-        """Create (idempotently) the session workspace and return its host path."""
-        path = self.path(tenant_id, session_id)
-        tenant_fd = self._tenant_fd(tenant_id, create=True)
+    def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
+               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
+        """Create the session's disk and workspace, owned by ``uid`` (default: the configured
+        sandbox uid); return the workspace's host path. ``DiskQuotaExceeded`` when the
+        tenant's sessions already hold ``tenant_disk_bytes``, ``DiskFull`` when the server's
+        data disk could not hold another one."""
+        owner = (uid, uid) if uid is not None else (self.sandbox_uid, self.sandbox_gid)
+        size = disk_bytes if disk_bytes is not None else self.limits.max_disk_bytes
+        session_dir = self.session_dir(tenant_id, session_id)
+        os.close(self._tenant_fd(tenant_id, create=True))
+        self.disks.admit(session_dir.parent, size,
+                         tenant_disk_bytes if tenant_disk_bytes is not None else 2**62)
+        self.disks.create(session_dir, size)
+        session_fd = os.open(session_dir, _NOFOLLOW_DIR)
         try:
-            try:
-                os.mkdir(session_id, 0o700, dir_fd=tenant_fd)
-            except FileExistsError:
-                pass
-            fd = os.open(session_id, _NOFOLLOW_DIR, dir_fd=tenant_fd)
-            try:
-                if self._owner is not None:
-                    os.fchown(fd, *self._owner)
-                os.fchmod(fd, SESSION_MODE)
-            finally:
-                os.close(fd)
+            for name, mode, who in ((WORKSPACE, SESSION_MODE, owner), (ARTIFACTS, 0o700, (0, 0))):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o700, dir_fd=session_fd)
+                fd = os.open(name, _NOFOLLOW_DIR, dir_fd=session_fd)
+                try:
+                    if self._is_root:
+                        os.fchown(fd, *who)
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
         finally:
-            os.close(tenant_fd)
-        log.info("workspace_created", tenant=tenant_id, session=session_id)
-        return path
+            os.close(session_fd)
+        log.info("workspace_created", tenant=tenant_id, session=session_id, uid=owner[0],
+                 disk_mib=size // (1024 * 1024) if self.disks.enabled else None)
+        return session_dir / WORKSPACE
 
     def open(self, tenant_id: str, session_id: str) -> Workspace:
         """The session's ``Workspace`` (close it, or use ``with``). ``NotFound`` if absent."""
-        check_session_id(session_id)
+        self.disks.ensure_mounted(self.session_dir(tenant_id, session_id))
         tenant_fd = self._tenant_fd(check_tenant_id(tenant_id), create=False)
         try:
-            fd = os.open(session_id, _NOFOLLOW_DIR, dir_fd=tenant_fd)
+            session_fd = os.open(session_id, _NOFOLLOW_DIR, dir_fd=tenant_fd)
+            try:
+                fd = os.open(WORKSPACE, _NOFOLLOW_DIR, dir_fd=session_fd)
+            finally:
+                os.close(session_fd)
         except FileNotFoundError:
             raise NotFound("no such workspace") from None
         except OSError as exc:
@@ -125,7 +179,13 @@ class Workspaces:
             raise
         finally:
             os.close(tenant_fd)
-        return Workspace(fd, limits=self.limits, owner=self._owner, use_openat2=self.use_openat2)
+        st = os.fstat(fd)  # files the supervisor writes get the workspace's owner
+        owner = (st.st_uid, st.st_gid) if self._is_root else None
+        return Workspace(fd, limits=self.limits, owner=owner, use_openat2=self.use_openat2,
+                         own_disk=self.disks.enabled and st.st_dev != self._root_dev())
+
+    def _root_dev(self) -> int:
+        return os.stat(self.root).st_dev
 
     def verify(self, tenant_id: str, session_id: str) -> Path:
         """The host path, after checking that it is a real directory reached without
@@ -138,7 +198,7 @@ class Workspaces:
         ``False`` if there was none."""
         if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - Linux always has it
             raise RuntimeError("shutil.rmtree is not symlink-attack safe on this platform")
-        check_session_id(session_id)
+        self.disks.remove(self.session_dir(tenant_id, session_id))
         try:
             tenant_fd = self._tenant_fd(check_tenant_id(tenant_id), create=False)
         except NotFound:

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from runtime.errors import Conflict, InvalidPath, PayloadTooLarge
+from runtime.errors import Conflict, DiskQuotaExceeded, InvalidPath, PayloadTooLarge
 from runtime.workspace.fs import DIR_FLAGS, READ_FLAGS, Resolver, classify, raise_mapped
 from runtime.workspace.models import FileEntry, FileStat, WorkspaceLimits
 from runtime.workspace.paths import join_parts, split_path
@@ -37,8 +37,10 @@ class Workspace:
         limits: WorkspaceLimits | None = None,
         owner: tuple[int, int] | None = None,
         use_openat2: bool | None = None,
+        own_disk: bool = False,
     ) -> None:
         self._root_fd = root_fd
+        self.own_disk = own_disk  # on a filesystem of its own: its free space is the limit
         try:
             self._resolver = Resolver(root_fd, use_openat2=use_openat2)
         except BaseException:
@@ -172,6 +174,14 @@ class Workspace:
             os.close(fd)
         return total
 
+    def disk_left(self, replaced: int = 0) -> int:
+        """Bytes a new file may take: the free space of the session's own filesystem (the
+        kernel's limit), else the configured limit less what the files hold."""
+        if self.own_disk:
+            st = os.fstatvfs(self._live().root_fd)
+            return st.f_bavail * st.f_frsize
+        return max(0, self.limits.max_disk_bytes - (self.usage_bytes() - replaced))
+
     # -- writing -----------------------------------------------------------------------------
 
     def writer(self, path: str, *, expected_size: int | None = None,
@@ -187,7 +197,7 @@ class Workspace:
         dir_fd = self._open_parent(parts, shown, create=True)
         try:
             existing = check_replaceable(self._resolver, dir_fd, parts[-1], shown)
-            disk_left = max(0, self.limits.max_disk_bytes - (self.usage_bytes() - existing))
+            disk_left = self.disk_left(existing)
         except BaseException:
             os.close(dir_fd)
             raise
@@ -196,8 +206,8 @@ class Workspace:
             if file_cap <= disk_left:
                 return PayloadTooLarge(f"file exceeds the upload limit of {file_cap} bytes",
                                        limit=file_cap)
-            return PayloadTooLarge(
-                f"session disk limit of {self.limits.max_disk_bytes} bytes would be exceeded",
+            return DiskQuotaExceeded(
+                f"the session's disk quota would be exceeded ({disk_left} bytes left)",
                 limit=self.limits.max_disk_bytes,
             )
 

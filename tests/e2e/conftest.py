@@ -65,8 +65,10 @@ def start_server(tmp: Path, policy: Path | None = None,
     admin_token = "navi_admin_" + secrets.token_urlsafe(24)
     data_dir = tmp / "data"
     log_path = tmp / "server.log"
+    # The suite makes hundreds of sessions whose 1 GiB disks hold a few bytes: let them
+    # overcommit the data disk (tests/tenancy checks the strict default on a small disk).
     env = {**os.environ, "NAVI_ADMIN_TOKEN": admin_token, "NAVI_DATA_DIR": str(data_dir),
-           "NAVI_LOG_FORMAT": "json", **(extra_env or {})}
+           "NAVI_LOG_FORMAT": "json", "NAVI_DISK_OVERCOMMIT": "1000", **(extra_env or {})}
     argv = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
             "--port", str(port)]
     if policy is not None:

@@ -56,7 +56,7 @@ overlays = st.builds(
     egress=st.none() | st.lists(st.sampled_from(["pypi.org", "files.pythonhosted.org"])),
     quotas=st.fixed_dictionaries({}, optional={
         "max_concurrent": st.integers(1, 64), "execs_per_minute": st.integers(1, 1000),
-        "session_disk_mb": st.integers(1, 8192), "upload_mb": st.integers(1, 1000)}),
+        "session_disk_mb": st.integers(16, 8192), "upload_mb": st.integers(1, 1000)}),
 )
 
 

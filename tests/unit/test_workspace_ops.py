@@ -41,11 +41,11 @@ def _leftovers(root: Path) -> list[str]:
 def test_create_layout_modes_and_owner(tmp_path: Path) -> None:
     wss = Workspaces(tmp_path / "workspaces", sandbox_uid=4242, sandbox_gid=4343)
     root = wss.create(TENANT, SESSION)
-    assert root == tmp_path / "workspaces" / TENANT / SESSION
-    assert wss.create(TENANT, SESSION) == root  # idempotent
+    assert root == tmp_path / "workspaces" / TENANT / SESSION / "workspace"
     st = root.stat()
     assert stat.S_IMODE(st.st_mode) == 0o770
-    tenant_st = root.parent.stat()
+    assert stat.S_IMODE(root.parent.stat().st_mode) == 0o711  # the session dir: ours
+    tenant_st = root.parent.parent.stat()
     assert stat.S_IMODE(tenant_st.st_mode) & 0o022 == 0  # the sandbox cannot swap sessions
     if IS_ROOT:
         assert (st.st_uid, st.st_gid) == (4242, 4343)
@@ -60,7 +60,7 @@ def test_create_layout_modes_and_owner(tmp_path: Path) -> None:
 
 def test_from_settings_uses_data_dir(tmp_path: Path) -> None:
     wss = Workspaces.from_settings(Settings(data_dir=tmp_path, sandbox_uid=1234))
-    assert wss.path(TENANT, SESSION) == tmp_path / "workspaces" / TENANT / SESSION
+    assert wss.path(TENANT, SESSION) == tmp_path / "workspaces" / TENANT / SESSION / "workspace"
     assert wss.sandbox_uid == wss.sandbox_gid == 1234
 
 
@@ -74,7 +74,7 @@ def test_open_missing_and_remove(tmp_path: Path) -> None:
     (root / "a" / "b" / "c").write_bytes(b"x")
     assert wss.verify(TENANT, SESSION) == root
     assert wss.remove(TENANT, SESSION) is True
-    assert not root.exists() and root.parent.exists()
+    assert not root.parent.exists() and root.parent.parent.exists()
     with pytest.raises(NotFound):
         wss.open(TENANT, SESSION)
 

@@ -69,9 +69,12 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
         if not (length_header.isascii() and length_header.isdigit()) or len(length_header) > 18:
             raise InvalidInput("bad Content-Length")
         expected = int(length_header)
+    services = get_services(request)
+    quotas = services.policy.quotas(await services.tenant_name(principal.tenant_id))
     ws = await _workspace(request, principal, session_id)
     try:
-        writer = await asyncio.to_thread(partial(ws.writer, path, expected_size=expected))
+        writer = await asyncio.to_thread(partial(ws.writer, path, expected_size=expected,
+                                                 max_bytes=quotas.upload_mb * 1024 * 1024))
         try:
             async for chunk in request.stream():
                 if chunk:

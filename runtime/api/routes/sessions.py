@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request, Response, status
 
 from runtime.api.deps import SessionUser, get_services, owned_session
 from runtime.api.schemas import SessionCreate, SessionOut
-from runtime.errors import Forbidden, InvalidInput
+from runtime.errors import Forbidden, InvalidInput, QuotaExceeded
 from runtime.store import SessionRecord
+
+MiB = 1024 * 1024
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -32,10 +36,26 @@ async def create_session(
         raise Forbidden(f"profile {profile!r} is not available to this tenant")
     if principal.role not in policy.policy.profiles[profile].roles:
         raise Forbidden(f"role {principal.role!r} may not use profile {profile!r}")
-    record = await services.store.create_session(
-        principal.tenant_id, profile, title=body.title if body else None
-    )
-    services.workspaces.create(principal.tenant_id, record.id)
+    quotas = policy.quotas(tenant_name)
+    uid = await services.sandbox_uid(principal.tenant_id)
+    async with services.session_create_lock:  # the count and the disk admission hold
+        if len(await services.store.list_sessions(principal.tenant_id)) >= \
+                quotas.sessions_per_tenant:
+            raise QuotaExceeded(
+                f"the tenant has {quotas.sessions_per_tenant} sessions, its quota; "
+                "delete one first", retry_after=60, quota="sessions_per_tenant")
+        record = await services.store.create_session(
+            principal.tenant_id, profile, title=body.title if body else None
+        )
+        try:
+            await asyncio.to_thread(
+                services.workspaces.create, principal.tenant_id, record.id, uid=uid,
+                disk_bytes=quotas.session_disk_mb * MiB,
+                tenant_disk_bytes=quotas.tenant_disk_mb * MiB)
+        except BaseException:
+            await services.store.delete_session(principal.tenant_id, record.id)
+            await asyncio.to_thread(services.workspaces.remove, principal.tenant_id, record.id)
+            raise
     return _out(record)
 
 
