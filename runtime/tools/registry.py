@@ -8,10 +8,15 @@ language). What a caller *runs* is decided again, per call, with the real argume
 that run code go through the Executor (quota, policy, audit, sandbox); tools that run no
 code are checked here with `PolicyEngine.decide` before `execute`. The policy always wins:
 a denied tool answers `PolicyDenied` (403, with the rule), it is not hidden as 404.
+
+Arguments are validated in a worker thread (`validate_args`): a user tool's schema is
+agent-written, and even bounded (`runtime.tools.schema_guard`) its validation is CPU work a
+tenant controls, which must not hold the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol
 
@@ -151,13 +156,13 @@ class ToolRegistry:
     async def prepare(self, name: str, args: Any, subject: Subject) -> tuple[Tool, Any]:
         """Look the tool up and validate `args`; nothing runs (`InvalidInput` on bad args)."""
         tool = await self.lookup(name, subject)
-        return tool, tool.validate(args)
+        return tool, await validate_args(tool, args)
 
     async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
         tool = await self.lookup(name, ctx.subject)
         try:
-            params = tool.validate(args)
+            params = await validate_args(tool, args)
         except InvalidInput:
             await self._refuse_if_denied(tool, args, ctx)
             raise
@@ -206,3 +211,8 @@ class ToolRegistry:
             if approve is None or not await approve(ctx.subject, action, decision):
                 raise PolicyDenied(f"{decision.reason}; not approved", rule=decision.rule)
         return decision
+
+
+async def validate_args(tool: Tool, args: Any) -> Any:
+    """`tool.validate(args)` off the event loop (it is time-boxed, so the thread comes back)."""
+    return await asyncio.to_thread(tool.validate, args)

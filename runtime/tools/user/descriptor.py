@@ -6,17 +6,16 @@ source is *parsed*, never compiled to bytecode or executed: each of the three na
 assigned exactly once at module level, and the assigned node must be a literal
 (`ast.literal_eval`); anything else (a call, a name, an f-string, an import) is a load error.
 
-The parameter schema is checked to be a JSON Schema of type object. Keywords that make the
-supervisor evaluate a regular expression (`pattern`, `patternProperties`) are refused: the
-schema is agent-written and validation runs in the supervisor, so a hostile regex would be
-a denial of service. Non-local `$ref`s are refused too (no fetching).
+The parameter schema is checked to be a JSON Schema of type object that is cheap to evaluate
+(`runtime.tools.schema_guard`): the schema is agent-written and validation runs in the
+supervisor, so regex keywords, `$ref` cycles, non-local refs and schemas that expand
+exponentially are refused here, at write/load time, with a message that says why.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import re
 from typing import Any
 
@@ -25,15 +24,18 @@ from pydantic import BaseModel, ConfigDict
 
 from runtime.errors import InvalidInput
 from runtime.tools.base import TOOL_NAME_PATTERN
+from runtime.tools.schema_guard import (
+    DEFAULT_LIMITS,
+    UnsafeSchema,
+    check_schema_cost,
+    validate_instance,
+)
 
 MAX_TOOL_BYTES = 64 * 1024
 MAX_DESCRIPTION_CHARS = 4000
-MAX_SCHEMA_BYTES = 32 * 1024
+MAX_SCHEMA_BYTES = DEFAULT_LIMITS.max_bytes
 _NAME = re.compile(TOOL_NAME_PATTERN)
 _FIELDS = ("name", "description", "parameters")
-_REGEX_KEYWORDS = {"pattern", "patternProperties"}
-_NAME_MAPS = {"properties", "$defs", "definitions", "dependentSchemas"}
-_DATA_KEYWORDS = {"default", "examples", "enum", "const", "dependentRequired", "required"}
 
 
 class ToolLoadError(InvalidInput):
@@ -161,14 +163,11 @@ def check_parameters_schema(schema: Any) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise ToolLoadError("parameters must be a dict (a JSON Schema of type object)")
     try:
-        encoded = json.dumps(schema, allow_nan=False)
-    except (TypeError, ValueError):
-        raise ToolLoadError("parameters must be JSON-serialisable (str keys, no NaN)") from None
-    if len(encoded) > MAX_SCHEMA_BYTES:
-        raise ToolLoadError(f"parameters schema is larger than {MAX_SCHEMA_BYTES} bytes")
+        check_schema_cost(schema)
+    except UnsafeSchema as exc:
+        raise ToolLoadError(f"parameters: {exc.message}") from None
     if schema.get("type") != "object":
         raise ToolLoadError('parameters must have "type": "object"')
-    _refuse_unsafe_keywords(schema)
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -176,40 +175,19 @@ def check_parameters_schema(schema: Any) -> dict[str, Any]:
     return schema
 
 
-def _refuse_unsafe_keywords(node: Any, *, in_name_map: bool = False) -> None:
-    if isinstance(node, list):
-        for item in node:
-            _refuse_unsafe_keywords(item)
-        return
-    if not isinstance(node, dict):
-        return
-    for key, value in node.items():
-        if in_name_map:
-            _refuse_unsafe_keywords(value)
-            continue
-        if key in _REGEX_KEYWORDS:
-            raise ToolLoadError(
-                f"JSON Schema keyword {key!r} is not allowed in user tools "
-                "(validate the format inside execute instead)"
-            )
-        if key == "$ref" and not (isinstance(value, str) and value.startswith("#")):
-            raise ToolLoadError("only local '$ref's ('#/...') are allowed in parameters")
-        if key in _DATA_KEYWORDS:
-            continue
-        _refuse_unsafe_keywords(value, in_name_map=key in _NAME_MAPS)
-
-
 def validate_params(descriptor: UserToolDescriptor, params: Any) -> dict[str, Any]:
-    """Check call arguments against the tool's own schema; `InvalidInput` lists what is wrong."""
+    """Check call arguments against the tool's own schema; `InvalidInput` lists what is wrong.
+
+    CPU-bound but time-boxed (`schema_guard.validate_instance`): async callers run it in a
+    thread."""
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise InvalidInput(f"{descriptor.name}: arguments must be a JSON object")
-    validator = jsonschema.Draft202012Validator(descriptor.parameters)
-    problems = []
-    for err in sorted(validator.iter_errors(params), key=lambda e: str(list(e.path)))[:5]:
-        where = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
-        problems.append(f"{where}: {err.message[:200]}")
+    try:
+        problems = validate_instance(descriptor.parameters, params)
+    except InvalidInput as exc:
+        raise type(exc)(f"{descriptor.name}: {exc.message}", tool=descriptor.name) from None
     if problems:
         raise InvalidInput(
             f"{descriptor.name}: invalid arguments: {'; '.join(problems)}", tool=descriptor.name

@@ -96,7 +96,8 @@ class ToolTestTool(BuiltinTool):
             loaded = await asyncio.to_thread(store.load, ctx.tenant, params.name)
         except ToolLoadError as exc:
             return ToolResult.fail(f"{params.name} does not load: {exc.message}")
-        args = validate_params(loaded.descriptor, params.params)
+        # agent-written schema: time-boxed, and off the event loop
+        args = await asyncio.to_thread(validate_params, loaded.descriptor, params.params)
         action = Action(
             tool=loaded.descriptor.name, args=args, group=USER_TOOLS_GROUP,
             timeout_s=ctx.timeout_s, tool_hash=loaded.descriptor.sha256,
