@@ -19,6 +19,7 @@
     │   └── LLMUnavailable          no model server answered (503)
     └── SandboxError                the sandbox broke (not: the user's program failed)
         ├── EngineUnavailable       Docker engine unreachable
+        ├── RuntimeUnavailable      the policy's runtime tier is not on the engine (503)
         ├── ImageMissing            sandbox image not built
         └── ImageBuildError         a sandbox image could not be built
 """
@@ -115,6 +116,12 @@ class SandboxError(NaviError):
 
 class EngineUnavailable(SandboxError):
     code = "engine_unavailable"
+
+
+class RuntimeUnavailable(SandboxError):
+    """The policy asks for a runtime (gvisor) the engine does not have: never run on another."""
+
+    code = "runtime_unavailable"
 
 
 class ImageMissing(SandboxError):

@@ -117,7 +117,7 @@ class ExecOutcome(BaseModel):
             "stderr": r.stderr.decode("utf-8", errors="replace"),
             "timed_out": r.timed_out, "oom_killed": r.oom_killed, "truncated": r.truncated,
             "duration_ms": r.duration_ms, "exec_id": self.exec_id, "audit_seq": self.audit_seq,
-            "timeout_s": self.timeout_s,
+            "timeout_s": self.timeout_s, "runtime": self.decision.limits.runtime,
         }
 
 

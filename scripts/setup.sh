@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything `make run` and `make test` need, on a fresh Debian 12 machine too:
 #   1. Debian packages: docker.io, mmdebstrap (and python3-venv) when missing (apt, as root)
-#   2. the Docker engine: dockerd started detached when `docker info` fails
+#   2. the Docker engine: dockerd started detached when `docker info` fails; gVisor (Debian's
+#      runsc) registered with it as runtime `runsc` when this script manages the engine
 #   3. .venv with the project (`pip install -e '.[dev]'`, again only when pyproject.toml changed)
 #   4. the sandbox images, built offline (`navi images build`, skips up-to-date images)
 # Every step checks first and does nothing when already done, so a second run takes seconds.
@@ -27,6 +28,7 @@ install_system_packages() {
     local missing=()
     command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+    [ -z "${DOCKER_HOST:-}" ] && ! command -v runsc >/dev/null 2>&1 && missing+=(runsc)
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install python3 (>= 3.11)"
     "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
     if [ "${NAVI_SETUP_TEST_TOOLS:-0}" = 1 ]; then  # `make test`: real browser + compose checks
@@ -91,6 +93,54 @@ start_engine() {
     say "Docker engine is up (${waited} s)"
 }
 
+# gVisor: policies may run sandboxes under `limits.runtime: gvisor`. Without a network stack
+# of its own (the sandbox's network is none anyway), enforcing the container's seccomp
+# profile inside the sandbox too (--oci-seccomp), and allowed to connect to bind-mounted host
+# sockets (the egress proxy's). SIGHUP makes dockerd reload its runtimes: no restart.
+GVISOR_RUNTIME_ARGS='["--network=none", "--oci-seccomp", "--host-uds=open"]'
+DAEMON_JSON=/etc/docker/daemon.json
+
+gvisor_registered() {
+    docker info --format '{{json .Runtimes.runsc}}' 2>/dev/null \
+        | ARGS="$GVISOR_RUNTIME_ARGS" "$PYTHON" -c '
+import json, os, sys
+entry = json.loads(sys.stdin.read() or "null")
+sys.exit(0 if entry and entry.get("runtimeArgs") == json.loads(os.environ["ARGS"]) else 1)'
+}
+
+register_gvisor() {
+    gvisor_registered && return 0
+    if [ -n "${DOCKER_HOST:-}" ] || ! is_root || ! dockerd_running || ! command -v runsc >/dev/null 2>&1; then
+        say "gVisor is not registered with this engine: policies that ask for it are refused"
+        printf '    to add it: apt-get install runsc, then put this in %s and reload dockerd:\n' "$DAEMON_JSON" >&2
+        printf '    {"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": %s}}}\n' "$GVISOR_RUNTIME_ARGS" >&2
+        return 0
+    fi
+    say "registering gVisor (runsc) with the engine in $DAEMON_JSON"
+    mkdir -p "$(dirname "$DAEMON_JSON")"
+    RUNSC="$(command -v runsc)" ARGS="$GVISOR_RUNTIME_ARGS" FILE="$DAEMON_JSON" "$PYTHON" - <<'PY'
+import json, os
+path = os.environ["FILE"]
+try:
+    with open(path) as fh:
+        config = json.load(fh)
+except FileNotFoundError:
+    config = {}
+config.setdefault("runtimes", {})["runsc"] = {
+    "path": os.environ["RUNSC"], "runtimeArgs": json.loads(os.environ["ARGS"])}
+with open(path + ".navi-tmp", "w") as fh:
+    json.dump(config, fh, indent=2)
+os.replace(path + ".navi-tmp", path)
+PY
+    kill -HUP "$(cat /var/run/docker.pid)"
+    local waited=0
+    until gvisor_registered; do
+        [ "$waited" -ge 20 ] && die "dockerd did not pick up the runsc runtime from $DAEMON_JSON"
+        sleep 0.5
+        waited=$((waited + 1))
+    done
+}
+
 install_venv() {
     "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
         || die "$PYTHON is $("$PYTHON" --version 2>&1); Python >= 3.11 is needed (set PYTHON=...)"
@@ -115,6 +165,7 @@ build_images() {
 
 install_system_packages
 start_engine
+register_gvisor
 install_venv
 build_images
 say "set-up done in $(( $(date +%s) - started )) s"

@@ -29,7 +29,7 @@ from runtime.tools import ToolContext, ToolResult
 log = get_logger(__name__)
 
 EXEC_FIELDS = ("exit_code", "timed_out", "oom_killed", "truncated", "duration_ms", "audit_seq",
-               "timeout_s", "rule")
+               "timeout_s", "rule", "runtime")
 MAX_IMAGES = 4
 
 

@@ -33,6 +33,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.QuotaExceeded, 429),
     (errors.AuditUnavailable, 503),
     (errors.EngineUnavailable, 503),
+    (errors.RuntimeUnavailable, 503),
     (errors.ImageMissing, 503),
     (errors.SandboxError, 500),
     (errors.LLMUnavailable, 503),

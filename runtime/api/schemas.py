@@ -45,6 +45,8 @@ class ExecOut(BaseModel):
     exec_id: str
     audit_seq: int | None
     timeout_s: float | None = None
+    runtime: Literal["runc", "gvisor"] | None = Field(
+        None, description="the sandbox tier the call ran under (null: it started no container)")
     output: str | None = Field(None, description="the tool's own output (e.g. a summary)")
     error: str | None = Field(None, description="why the tool failed, when it says")
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -106,7 +106,7 @@ def explain(
             ("limits", f"timeout {lim.timeout_s:g} s, memory {lim.memory_mb} MiB, pids "
                        f"{lim.pids}, cpus {lim.cpus:g}, /tmp {lim.tmp_mb} MiB, output "
                        f"{lim.output_bytes} B/stream, nofile {lim.nofile}, fsize "
-                       f"{lim.fsize_mb} MiB"),
+                       f"{lim.fsize_mb} MiB, runtime {lim.runtime}"),
             ("image", decision.image or "(runs no code)"),
             ("network", decision.network + (f" -> {', '.join(decision.egress_allowlist)}"
                                             if decision.egress_allowlist else "")),

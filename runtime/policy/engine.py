@@ -52,7 +52,7 @@ Permission = Literal["run_tools", "read_audit", "manage"]
 DEFAULT_MAX_TIMEOUT_S = 300.0
 
 
-def _spec(spec: LimitsSpec) -> dict[str, float | int]:
+def _spec(spec: LimitsSpec) -> dict[str, float | int | str]:
     return {k: v for k, v in spec.model_dump().items() if v is not None}
 
 
@@ -68,7 +68,7 @@ class PolicyEngine:
     ) -> None:
         self.policy = policy
         self._overlays = dict(overlays or {})
-        base: dict[str, float | int] = dict(Limits().model_dump())
+        base: dict[str, float | int | str] = dict(Limits().model_dump())
         base["max_timeout_s"] = DEFAULT_MAX_TIMEOUT_S
         base.update(_spec(policy.defaults.limits))
         self._base_limits = base
@@ -180,7 +180,9 @@ class PolicyEngine:
                              f"language {language!r} is not allowed by profile "
                              f"{subject.profile!r}")
 
-        limits = self._limits(profile.limits, tool_rule.limits if tool_rule else None,
+        group_rule = profile.tools.get(group) if group else None  # e.g. group:user_tools
+        limits = self._limits(profile.limits,
+                              [r.limits for r in (group_rule, tool_rule) if r is not None],
                               [o.limits for _, o in overlays], action.timeout_s)
         image = (tool_rule.image if tool_rule and tool_rule.image else None) \
             or self.policy.images.get(tool) or (self.policy.images.get(group) if group else None)
@@ -204,16 +206,21 @@ class PolicyEngine:
                         reason=f"{tool!r} is allowed by profile {subject.profile!r}", **common)
 
     def _limits(
-        self, profile: LimitsSpec, tool: LimitsSpec | None, overlays: list[LimitsSpec],
+        self, profile: LimitsSpec, tools: list[LimitsSpec], overlays: list[LimitsSpec],
         requested: float | None,
     ) -> Limits:
+        """Defaults, then the profile's, its group rule's and its tool rule's; overlays only
+        lower numbers and only move the runtime to gvisor."""
         values = dict(self._base_limits)
         values.update(_spec(profile))
-        if tool is not None:
+        for tool in tools:
             values.update(_spec(tool))
         for overlay in overlays:
             for key, value in _spec(overlay).items():
-                values[key] = min(values[key], value)
+                if key == "runtime":
+                    values[key] = "gvisor" if "gvisor" in (values[key], value) else "runc"
+                else:
+                    values[key] = min(values[key], value)  # type: ignore[type-var]
         ceiling = float(values.pop("max_timeout_s"))
         default = float(values["timeout_s"])
         wanted = requested if requested is not None and math.isfinite(requested) \

@@ -95,6 +95,8 @@ class LimitsSpec(Strict):
         None, gt=0, le=300, description="largest timeout a caller may ask for (clamped)"
     )
     memory_mb: int | None = Field(None, ge=16, le=65536)
+    runtime: Literal["runc", "gvisor"] | None = Field(
+        None, description="sandbox tier; overlays can only move to gvisor")
     pids: int | None = Field(None, ge=8, le=32768)
     cpus: float | None = Field(None, gt=0, le=64)
     tmp_mb: int | None = Field(None, ge=1, le=65536)
@@ -230,7 +232,12 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
             problems.append((("profiles", pname), f"{pname!r} is not a profile name"))
         for tname, rule in profile.tools.items():
             loc: tuple[str | int, ...] = ("profiles", pname, "tools", tname)
-            if not TOOL_NAME.match(tname):
+            if tname.startswith("group:"):  # a group's rule sets limits only
+                if not TOOL_NAME.match(tname.removeprefix("group:")):
+                    problems.append((loc, f"{tname!r} is not a group name"))
+                if rule.model_fields_set - {"limits"}:
+                    problems.append((loc, "a group's rule may set `limits` only"))
+            elif not TOOL_NAME.match(tname):
                 problems.append((loc, f"{tname!r} is not a tool name"))
             if rule.languages is not None and tname != "code_exec":
                 problems.append((loc + ("languages",), "languages applies to code_exec only"))

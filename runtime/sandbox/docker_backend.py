@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.config import Settings
 from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
-from runtime.errors import EngineUnavailable, SandboxError
+from runtime.errors import EngineUnavailable, RuntimeUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
@@ -95,6 +95,11 @@ class DockerBackendConfig(BaseModel):
         default_factory=WarmPoolConfig, description="warm containers (size 0: every call cold)"
     )
     egress: EgressConfig = Field(default_factory=EgressConfig, description="egress proxies")
+    # `limits.runtime` -> the engine's name for it. `setup.sh` registers gVisor as `runsc`
+    # (`--network=none --oci-seccomp --host-uds=open`: no network stack of its own, the
+    # container's seccomp profile enforced inside too, the egress socket reachable).
+    engine_runtimes: dict[str, str] = Field(
+        default_factory=lambda: {"runc": "runc", "gvisor": "runsc"})
 
     @property
     def artifacts_dir(self) -> Path:
@@ -137,6 +142,7 @@ class DockerBackend(WarmLaunchMixin):
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
+        self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
 
     @classmethod
     def from_settings(
@@ -162,7 +168,9 @@ class DockerBackend(WarmLaunchMixin):
             if self.config.harden_workspaces_root:
                 self.workspaces_root_state = ensure_nosuid_nodev(self.config.workspaces_root)
             self._api = await self._call(self._connect)
-            log.info("docker_backend_started", instance=self._instance_id)
+            self._runtimes = await self._call(self._engine_runtimes)
+            log.info("docker_backend_started", instance=self._instance_id,
+                     runtimes=sorted(self._runtimes))
 
     def _connect(self) -> APIClient:
         kwargs = kwargs_from_env()
@@ -290,6 +298,25 @@ class DockerBackend(WarmLaunchMixin):
                 return beside
         return self.config.artifacts_dir / request.session
 
+    def _engine_runtimes(self) -> frozenset[str]:
+        with map_docker_errors("read the engine's runtimes"):
+            return frozenset(self.api.info().get("Runtimes") or {"runc": {}})
+
+    @property
+    def runtimes(self) -> frozenset[str]:
+        """OCI runtimes the engine offers (``runsc`` is gVisor)."""
+        return self._runtimes
+
+    async def _require_runtime(self, engine_name: str, tier: str) -> None:
+        """Read the engine's runtimes again (one may have been registered since start);
+        ``RuntimeUnavailable`` if it still lacks this one: never fall back to another."""
+        self._runtimes = await self._call(self._engine_runtimes)
+        if engine_name not in self._runtimes:
+            raise RuntimeUnavailable(
+                f"the policy runs this call under {tier}, and the Docker engine has no "
+                f"{engine_name!r} runtime; `make run` registers it, or see README "
+                "(\"Runtime tiers\")", runtime=tier)
+
     def _uid(self, request: ExecRequest) -> int:
         return request.uid if request.uid is not None else self.config.sandbox_uid
 
@@ -324,6 +351,7 @@ class DockerBackend(WarmLaunchMixin):
             lease_until=lease_until,
             workspaces_root=self.config.workspaces_root,
             egress_socket=egress,
+            engine_runtime=self.config.engine_runtimes[request.limits.runtime],
         )
 
     async def run(
@@ -350,6 +378,8 @@ class DockerBackend(WarmLaunchMixin):
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
         image_id = await self._call(self._image_id, request.image)
         spec = self._spec(request, image_id, egress)
+        if spec.runtime not in self._runtimes:
+            await self._require_runtime(spec.runtime, request.limits.runtime)
         self._prepare_workspace(request)
         cold = not self.warm.enabled or egress is not None  # warm ones are made without a socket
         key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"

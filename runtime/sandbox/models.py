@@ -15,6 +15,9 @@ SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 """Ids that become container labels and host path components (artifacts)."""
 
 
+Runtime = Literal["runc", "gvisor"]
+
+
 class Limits(BaseModel):
     """Resource limits of one execution. Defaults are DESIGN's; a policy may only lower them."""
 
@@ -28,6 +31,8 @@ class Limits(BaseModel):
     output_bytes: int = Field(1 * MiB, ge=1024, le=256 * MiB, description="cap per stream")
     nofile: int = Field(1024, ge=16, le=1048576)
     fsize_mb: int = Field(1024, ge=1, le=65536, description="largest file a process may write")
+    runtime: Runtime = Field("runc", description="runc: the host kernel behind seccomp; gvisor: "
+                             "a user-space kernel (runsc) between the code and the host's")
 
 
 class Mount(BaseModel):

@@ -82,6 +82,8 @@ class ContainerSpec(BaseModel):
     cgroupns: Literal["private"] = "private"
     init: Literal[True] = True
     log_driver: Literal["none"] = "none"
+    runtime: str = Field("runc", pattern=r"^[a-z][a-z0-9_.-]{0,63}$",
+                         description="the engine's OCI runtime (runsc: gVisor)")
     oom_score_adj: int = Field(1000, ge=0, le=1000, description="host OOM killer picks us first")
     hostname: str = "sandbox"
 
@@ -115,6 +117,7 @@ class ContainerSpec(BaseModel):
                 Ulimit(name="core", soft=0, hard=0),
             ],
             "init": self.init,
+            "runtime": self.runtime,
             "log_config": LogConfig(type=self.log_driver),
             "mounts": [
                 Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
@@ -245,6 +248,7 @@ def build_spec(
     lease_until: int,
     workspaces_root: Path,
     egress_socket: Path | None = None,
+    engine_runtime: str = "runc",
 ) -> ContainerSpec:
     """``egress_socket``: the execution's proxy socket, required iff ``network == "egress"``;
     it adds the socket mount, the proxy environment and the ``navi-egress`` entry to argv."""
@@ -271,4 +275,5 @@ def build_spec(
         tmp_bytes=limits.tmp_mb * MiB,
         nofile=limits.nofile,
         fsize_bytes=limits.fsize_mb * MiB,
+        runtime=engine_runtime,
     )

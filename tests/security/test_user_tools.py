@@ -189,12 +189,19 @@ async def test_cant_escape_from_a_user_tool(
     # the supervisor's environment is not in the sandbox, neither via pid 1 nor its own
     assert SECRET not in report["environ"] and SECRET not in report["self_environ"]
     assert "NAVI_" not in report["self_environ"]
-    # no network at all: no route anywhere (not merely a refused connection)
-    assert "Network is unreachable" in report["socket_ext"], report["socket_ext"]
-    assert "Network is unreachable" in report["socket_gw"], report["socket_gw"]
+    # the default policy runs agent-written tools under gVisor
+    assert result.metadata["runtime"] == "gvisor", result.metadata
+    # no network at all: no route anywhere (not merely a refused connection); gVisor's
+    # network-less stack says "No route to host", the host kernel "Network is unreachable"
+    for key in ("socket_ext", "socket_gw"):
+        assert "No route to host" in report[key] or "Network is unreachable" in report[key], \
+            report[key]
     # nothing outside the workspace is writable, the tool file and the runner included
+    # (gVisor checks permissions before the read-only mount: EACCES on root-owned dirs;
+    # tests/security/test_confinement.py shows EROFS where permissions would allow)
     for key in ("write_root", "write_etc", "write_tool_file", "write_runner"):
-        assert "Read-only file system" in report[key], (key, report[key])
+        assert "Read-only file system" in report[key] or "Permission denied" in report[key], \
+            (key, report[key])
     assert report["write_canary"].startswith("ERR")
     assert report["docker_sock"].startswith("ERR")
     assert report["uid"] == 65534

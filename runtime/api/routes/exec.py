@@ -30,7 +30,7 @@ from runtime.tools import ToolContext, ToolResult
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
 
 EXEC_FIELDS = ("exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
-               "duration_ms", "audit_seq", "timeout_s")
+               "duration_ms", "audit_seq", "timeout_s", "runtime")
 
 
 def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
