@@ -10,6 +10,7 @@ it. Any check that cannot run counts as failed.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -108,6 +109,55 @@ def _probe_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
     ]
 
 
+GVISOR_PROBE = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    open('/var/tmp/navi-doctor', 'w')  # world-writable: only a read-only mount refuses
+    root_write = 'written'
+except OSError as e:
+    root_write = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps({'kernel': os.uname().release, 'uid': os.getuid(),
+                  'net': sorted(os.listdir('/sys/class/net')), 'root_write': root_write,
+                  'nnp': libc.prctl(39, 0, 0, 0, 0), 'ptrace': [libc.ptrace(0, 0, None, None),
+                                                                ctypes.get_errno()]}))
+"""
+
+
+def _gvisor_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
+    def check(name: str, ok: bool, seen: object) -> Check:
+        return Check(f"gVisor: {name}", ok, f"saw {seen}")
+
+    host = os.uname().release
+    return [
+        check("its own kernel answers (not the host's)", report["kernel"] != host,
+              f"{report['kernel']} (host {host})"),
+        check("non-root user", report["uid"] == sandbox_uid and report["uid"] != 0,
+              report["uid"]),
+        check("no network but lo", report["net"] == ["lo"], report["net"]),
+        check("read-only root filesystem", report["root_write"] == "EROFS",
+              report["root_write"]),
+        check("no-new-privileges", report["nnp"] == 1, report["nnp"]),
+        check("seccomp profile enforced inside (ptrace EPERM)", report["ptrace"] == [-1, 1],
+              report["ptrace"]),
+    ]
+
+
+async def _probe_gvisor(backend: DockerBackend, image: str) -> list[Check]:
+    """The second tier: registered with the engine, and confined when asked for."""
+    engine_name = backend.config.engine_runtimes["gvisor"]
+    if engine_name not in backend.runtimes:
+        return [Check("gVisor tier registered", False,
+                      f"the engine has no {engine_name!r} runtime: calls whose policy asks "
+                      "for gvisor are refused (`make run` registers it; README: Runtime tiers)")]
+    report = await _run_probe(backend, image, GVISOR_PROBE,
+                              PROBE_LIMITS.model_copy(update={"runtime": "gvisor"}))
+    if isinstance(report, Check):
+        return [Check("gVisor tier registered", True, engine_name), report]
+    return [Check("gVisor tier registered", True, engine_name),
+            *_gvisor_checks(report, backend.config.sandbox_uid)]
+
+
 async def run_checks(backend: DockerBackend, images: list[str]) -> list[Check]:
     """Every check, in order; nothing raises (a failure is a failed ``Check``)."""
     checks: list[Check] = []
@@ -148,31 +198,42 @@ async def run_checks(backend: DockerBackend, images: list[str]) -> list[Check]:
         checks.append(Check("confinement probe", False, "no image to run the probe in"))
         return checks
     checks.extend(await _probe(backend, present[0]))
+    checks.extend(await _probe_gvisor(backend, present[0]))
     return checks
 
 
-async def _probe(backend: DockerBackend, image: str) -> list[Check]:
+async def _run_probe(backend: DockerBackend, image: str, code: str, limits: Limits
+                     ) -> dict[str, object] | Check:
+    """The probe's JSON report, or the failed check that says why there is none."""
     workspace = backend.config.workspaces_root / f"doctor-{uuid.uuid4().hex[:12]}"
     workspace.mkdir(mode=0o700, parents=True)
     request = ExecRequest(
         image=image,
-        argv=["python3", "-c", PROBE],
+        argv=["python3", "-c", code],
         exec_id=f"doctor-{uuid.uuid4().hex[:12]}",
         session="doctor",
         tenant="doctor",
         workspace=workspace,
-        limits=PROBE_LIMITS,
+        limits=limits,
     )
+    name = f"confinement probe ran ({limits.runtime})"
     try:
         result = await backend.run(request)
     except NaviError as exc:
-        return [Check("confinement probe ran", False, exc.message)]
+        return Check(name, False, exc.message)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
     try:
         report = json.loads(result.stdout)
     except ValueError:
         detail = f"exit {result.exit_code}: {result.stderr[-300:].decode(errors='replace')}"
-        return [Check("confinement probe ran", False, detail)]
-    probe = Check("confinement probe ran", True, f"{image}, {result.duration_ms} ms")
+        return Check(name, False, detail)
+    return dict(report)
+
+
+async def _probe(backend: DockerBackend, image: str) -> list[Check]:
+    report = await _run_probe(backend, image, PROBE, PROBE_LIMITS)
+    if isinstance(report, Check):
+        return [report]
+    probe = Check("confinement probe ran", True, image)
     return [probe, *_probe_checks(report, backend.config.sandbox_uid)]

@@ -38,6 +38,12 @@ def test_doctor_passes_and_reports_every_promise(tmp_path: Path, sandbox_image: 
         "memory cgroup limit (134217728 bytes)",
         "pids cgroup limit (64)",
         "workspace nosuid,nodev",
+        "gVisor tier registered",
+        "gVisor: its own kernel answers (not the host's)",
+        "gVisor: no network but lo",
+        "gVisor: non-root user",
+        "gVisor: read-only root filesystem",
+        "gVisor: seccomp profile enforced inside (ptrace EPERM)",
     ):
         assert promise in checks
 
