@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from runtime.commands import audit, bench, doctor, exec_cmd, images, policy, serve, tokens
+from runtime.commands import (
+    audit,
+    backup,
+    bench,
+    doctor,
+    exec_cmd,
+    images,
+    policy,
+    serve,
+    tokens,
+)
 
 app = typer.Typer(
     name="navi",
@@ -16,6 +26,8 @@ app = typer.Typer(
 app.command("serve")(serve.serve)
 app.command("exec")(exec_cmd.exec_command)
 app.command("doctor")(doctor.doctor)
+app.command("backup")(backup.backup)
+app.command("restore")(backup.restore)
 app.add_typer(images.app, name="images")
 app.add_typer(audit.app, name="audit")
 app.add_typer(policy.app, name="policy")

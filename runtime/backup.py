@@ -1,0 +1,371 @@
+"""`navi backup` / `navi restore`: a consistent copy of a data dir's state, taken while it runs.
+
+What a backup holds, laid out as a data dir (so ``navi audit verify --data-dir BACKUP``
+works on it as it stands), plus ``backup.json``, the manifest (sizes, SHA-256, what the copy
+holds):
+
+- the databases: ``navi.sqlite3`` (tenants, tokens, sessions), ``memory.sqlite3`` and
+  ``notes.sqlite3``, each with SQLite's online backup API (one read snapshot; the running
+  server's writers are not stopped), never a file copy: a plain copy of a WAL database
+  during writes misses what is still in ``-wal`` or catches pages of different commits;
+- tenants' agent-written tools (``tools/``, small files each written by rename);
+- the audit log, coordinated with its writers (``runtime.audit.backup`` says how and why);
+- the secrets: ``keys/`` (the checkpoint signing key) and ``admin-token``, 0600 in a 0700
+  directory, as the backup directory itself.
+
+Order: the databases first, the audit log after them, so every change the copied store
+holds was made before the audit snapshot, and its record (written ahead) is in the copy.
+
+Not in it: session workspaces and their output artifacts (each session has a disk of its
+own, loop-mounted, sized by quota; back them up with the host's tools if needed: a
+restored session answers 404 ``no such workspace`` for its files); ``instance_id`` (a
+restored server keeps the target's or makes its own, so two servers never claim the same
+containers); ``audit.instances/`` (lock files); logs; the embedded model.
+
+Restore puts a backup into an empty or stopped data dir: it refuses while any process has
+the data dir's audit log open (its instance lock is held) and holds the server's instance
+lock itself meanwhile, so ``navi serve`` cannot start half-way. Existing state is replaced
+only with ``force``, and is then moved aside into ``pre-restore-<time>/``, never deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import sqlite3
+import stat
+import time
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from runtime.audit.backup import (
+    AuditCopy,
+    backup_audit,
+    fsync_file,
+    live_instances,
+    lock_instance,
+    sqlite_backup,
+)
+from runtime.audit.mirror import fsync_dir
+from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
+from runtime.audit.verify import verify_store
+from runtime.errors import AuditIntegrityError, Conflict, InvalidInput
+from runtime.sandbox.instance import INSTANCE_FILE, INSTANCE_ID_RE
+
+MANIFEST = "backup.json"
+FORMAT = "navi-backup-1"
+STORE_DB = "navi.sqlite3"
+DATABASES = (STORE_DB, "memory.sqlite3", "notes.sqlite3")
+TOOLS_DIR = "tools"
+KEYS_DIR = "keys"
+SECRET_FILES = ("admin-token",)
+_SIDECARS = ("-wal", "-shm", "-journal")
+Method = Literal["sqlite-backup", "audit-db", "mirror-cut", "checkpoint", "copy", "secret"]
+
+
+class BackupFile(BaseModel):
+    path: str  # relative, '/'-separated
+    bytes: int
+    sha256: str
+    mode: int
+    method: Method
+
+
+class Verified(BaseModel):
+    ok: bool
+    records: int
+    first_bad_seq: int | None = None
+    reason: str | None = None
+
+
+class BackupManifest(BaseModel):
+    format: Literal["navi-backup-1"] = FORMAT
+    created_at: str
+    source: str
+    seconds: float
+    files: list[BackupFile]
+    audit: AuditCopy | None
+    store: dict[str, int]
+    verified: Verified
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+
+class RestoreReport(BaseModel):
+    data_dir: str
+    files: list[BackupFile]
+    moved_aside: str | None
+    seconds: float
+    verified: Verified
+
+
+# -- backup ------------------------------------------------------------------------------
+
+
+def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
+    """Copy ``data_dir``'s state into the new (or empty) directory ``dest``; see the module doc.
+
+    The copy is made in a hidden sibling directory and renamed to ``dest`` when complete, so
+    ``dest`` never holds half a backup.
+    """
+    started = time.monotonic()
+    data_dir, dest = data_dir.absolute(), dest.absolute()
+    if not any((data_dir / name).is_file() for name in (STORE_DB, DB_NAME)):
+        raise InvalidInput(f"no store or audit log in {data_dir}")
+    if dest == data_dir:
+        raise InvalidInput("the backup directory must not be the data dir")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise Conflict(f"{dest} exists and is not an empty directory")
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    work = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}"
+    os.mkdir(work, 0o700)
+    os.chmod(work, 0o700)  # whatever the umask
+    try:
+        files: list[BackupFile] = []
+        for name in DATABASES:
+            if (data_dir / name).is_file():
+                sqlite_backup(data_dir / name, work / name)
+                files.append(_entry(work, name, "sqlite-backup"))
+        files += _copy_tree(data_dir / TOOLS_DIR, work / TOOLS_DIR, work)
+        audit = None
+        if (data_dir / DB_NAME).is_file():
+            audit = backup_audit(data_dir, work)
+            files.append(_entry(work, DB_NAME, "audit-db"))
+            files.append(_entry(work, MIRROR_NAME, "mirror-cut"))
+            if (work / CHECKPOINT_NAME).exists():
+                files.append(_entry(work, CHECKPOINT_NAME, "checkpoint"))
+        files += _copy_secrets(data_dir, work)
+        report = verify_store(work) if audit is not None else None
+        manifest = BackupManifest(
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"), source=str(data_dir),
+            seconds=round(time.monotonic() - started, 3), files=files, audit=audit,
+            store=_store_summary(work / STORE_DB),
+            verified=Verified(ok=report.ok, records=report.records,
+                              first_bad_seq=report.first_bad_seq, reason=report.reason)
+            if report is not None else Verified(ok=True, records=0),
+        )
+        _write_new(work / MANIFEST, manifest.model_dump_json(indent=1).encode() + b"\n")
+        fsync_dir(work)
+        if dest.exists():
+            dest.rmdir()
+        os.rename(work, dest)
+        fsync_dir(dest.parent)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _entry(root: Path, rel: str, method: Method) -> BackupFile:
+    path = root / rel
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    st = path.stat()
+    return BackupFile(path=rel, bytes=st.st_size, sha256=digest.hexdigest(),
+                      mode=stat.S_IMODE(st.st_mode), method=method)
+
+
+def _copy_file(src: Path, dst: Path, mode: int) -> None:
+    """Copy a regular file (never through a symlink) to the new file ``dst``, fsync'd."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd_in, "rb") as fin:
+        if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
+            raise InvalidInput(f"{src} is not a regular file")
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        with os.fdopen(fd_out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            fout.flush()
+            os.fchmod(fout.fileno(), mode)
+            os.fsync(fout.fileno())
+
+
+def _copy_tree(src: Path, dst: Path, root: Path) -> list[BackupFile]:
+    """Regular files and directories below ``src`` (symlinks and special files skipped)."""
+    if src.is_symlink() or not src.is_dir():
+        return []
+    files = []
+    os.mkdir(dst, 0o700)
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        if entry.is_dir(follow_symlinks=False):
+            files += _copy_tree(Path(entry.path), dst / entry.name, root)
+        elif entry.is_file(follow_symlinks=False):
+            mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & 0o755
+            _copy_file(Path(entry.path), dst / entry.name, mode)
+            files.append(_entry(root, (dst / entry.name).relative_to(root).as_posix(), "copy"))
+    fsync_dir(dst)
+    return files
+
+
+def _copy_secrets(data_dir: Path, work: Path) -> list[BackupFile]:
+    files = []
+    keys = data_dir / KEYS_DIR
+    if keys.is_dir() and not keys.is_symlink():
+        os.mkdir(work / KEYS_DIR, 0o700)
+        os.chmod(work / KEYS_DIR, 0o700)
+        for entry in sorted(os.scandir(keys), key=lambda e: e.name):
+            if entry.is_file(follow_symlinks=False):
+                _copy_file(Path(entry.path), work / KEYS_DIR / entry.name, 0o600)
+                files.append(_entry(work, f"{KEYS_DIR}/{entry.name}", "secret"))
+        fsync_dir(work / KEYS_DIR)
+    for name in SECRET_FILES:
+        if (data_dir / name).is_file() and not (data_dir / name).is_symlink():
+            _copy_file(data_dir / name, work / name, 0o600)
+            files.append(_entry(work, name, "secret"))
+    return files
+
+
+def _store_summary(path: Path) -> dict[str, int]:
+    if not path.is_file():
+        return {}
+    summary = {}
+    with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as conn:
+        for table in ("tenants", "tokens", "sessions"):
+            try:
+                summary[table] = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            except sqlite3.Error:
+                continue
+    return summary
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# -- restore -----------------------------------------------------------------------------
+
+
+def read_manifest(backup_dir: Path) -> BackupManifest:
+    """The backup's manifest, after checking every file it lists (size and SHA-256)."""
+    try:
+        manifest = BackupManifest.model_validate_json((backup_dir / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        raise InvalidInput(f"{backup_dir} is not a backup (no {MANIFEST})") from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{backup_dir / MANIFEST} is unreadable: {exc}") from None
+    for item in manifest.files:
+        rel = Path(item.path)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise InvalidInput(f"backup lists a path outside itself: {item.path!r}")
+        path = backup_dir / rel
+        if path.is_symlink() or not path.is_file():
+            raise AuditIntegrityError(f"backup file {item.path} is missing")
+        if _entry(backup_dir, item.path, item.method).sha256 != item.sha256:
+            raise AuditIntegrityError(f"backup file {item.path} differs from the manifest")
+    return manifest
+
+
+def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False) -> RestoreReport:
+    """Put the backup ``backup_dir`` in place in ``data_dir`` (see the module doc)."""
+    started = time.monotonic()
+    backup_dir, data_dir = backup_dir.absolute(), data_dir.absolute()
+    manifest = read_manifest(backup_dir)
+    if manifest.audit is not None:
+        check = verify_store(backup_dir)
+        if not check.ok and not force:
+            raise AuditIntegrityError(f"the backup's audit log does not verify: {check.reason}")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    held = _hold_server_lock(data_dir)
+    try:
+        ours = _instance_id(data_dir)
+        live = [i for i in live_instances(data_dir) if i != ours]
+        if live:
+            raise Conflict(f"{data_dir} is in use: audit log open by {', '.join(live)} "
+                           "(stop the server first)")
+        present = [p for p in _targets(data_dir) if p.exists() or p.is_symlink()]
+        moved = None
+        if present:
+            if not force:
+                names = ", ".join(p.name for p in present)
+                raise Conflict(f"{data_dir} already holds state ({names}); --force moves it "
+                               "aside into pre-restore-<time>/")
+            moved = _move_aside(data_dir, present)
+        for item in manifest.files:
+            _place(backup_dir, data_dir, item)
+        fsync_dir(data_dir)
+    finally:
+        if held is not None:
+            os.close(held)
+    report = verify_store(data_dir) if manifest.audit is not None else None
+    return RestoreReport(
+        data_dir=str(data_dir), files=manifest.files,
+        moved_aside=str(moved) if moved is not None else None,
+        seconds=round(time.monotonic() - started, 3),
+        verified=Verified(ok=report.ok, records=report.records,
+                          first_bad_seq=report.first_bad_seq, reason=report.reason)
+        if report is not None else Verified(ok=True, records=0),
+    )
+
+
+def _instance_id(data_dir: Path) -> str | None:
+    try:
+        value = (data_dir / INSTANCE_FILE).read_text()[:128].strip()
+    except OSError:
+        return None
+    return value if INSTANCE_ID_RE.fullmatch(value) else None
+
+
+def _hold_server_lock(data_dir: Path) -> int | None:
+    """Hold the audit lock of the data dir's server instance while restoring, so `navi
+    serve` cannot open the log half-way; Conflict if that server has it open."""
+    instance = _instance_id(data_dir)
+    if instance is None:
+        return None
+    fd = lock_instance(data_dir, instance)
+    if fd is None:
+        raise Conflict(f"{data_dir} is in use: its server ({instance}) has the audit log open "
+                       "(stop it first)")
+    return fd
+
+
+def _targets(data_dir: Path) -> list[Path]:
+    """What a restore replaces: everything a backup may hold, whether this one does or not
+    (a stale checkpoint file would not verify), and the databases' sidecars (a stale
+    ``-wal`` next to a restored database would be replayed into it)."""
+    paths = []
+    for top in (*DATABASES, DB_NAME, MIRROR_NAME, CHECKPOINT_NAME, TOOLS_DIR, KEYS_DIR,
+                *SECRET_FILES):
+        paths.append(data_dir / top)
+        if top.endswith(".sqlite3"):
+            paths += [data_dir / (top + suffix) for suffix in _SIDECARS]
+    return paths
+
+
+def _move_aside(data_dir: Path, paths: list[Path]) -> Path:
+    aside = data_dir / f"pre-restore-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    aside = aside.with_name(f"{aside.name}-{secrets.token_hex(2)}") if aside.exists() else aside
+    os.mkdir(aside, 0o700)
+    for path in paths:
+        os.rename(path, aside / path.name)
+    fsync_dir(aside)
+    fsync_dir(data_dir)
+    return aside
+
+
+def _place(backup_dir: Path, data_dir: Path, item: BackupFile) -> None:
+    rel = Path(item.path)
+    target = data_dir / rel
+    for parent in reversed(rel.parents[:-1]):  # directories between data_dir and the file
+        folder = data_dir / parent
+        if not folder.is_dir():
+            os.mkdir(folder, 0o700)
+            os.chmod(folder, 0o700)
+    tmp = target.with_name(f".{target.name}.restore-{secrets.token_hex(4)}")
+    mode = 0o600 if item.method == "secret" else item.mode & 0o755
+    _copy_file(backup_dir / rel, tmp, mode)
+    os.replace(tmp, target)
+    fsync_file(target)
+    fsync_dir(target.parent)

@@ -1,0 +1,114 @@
+"""`navi backup DIR` and `navi restore DIR`: copy a (running) data dir's state, put it back.
+
+The work is in ``runtime.backup``; this module parses options and prints what was copied.
+Exit codes: 0 done (and the copy's audit chain verifies), 1 done but the copy does not
+verify, 2 refused or failed (nothing written to DIR, or for restore nothing replaced).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runtime.backup import BackupFile, Verified, backup_data_dir, restore_data_dir
+from runtime.config import Settings
+from runtime.errors import NaviError
+from runtime.logging import _escape
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory "
+                                               "(default: NAVI_DATA_DIR or ./data).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+
+
+def _data_dir(value: Path | None) -> Path:
+    return value if value is not None else Settings().data_dir
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {_escape(message)}", err=True)
+    return typer.Exit(2)
+
+
+def _files(files: list[BackupFile]) -> None:
+    width = max((len(f.path) for f in files), default=0)
+    for f in files:
+        typer.echo(f"  {_escape(f.path):<{width}}  {f.bytes:>12,} bytes  {f.mode:04o}  "
+                   f"{f.method}")
+
+
+def _verified(verified: Verified, where: Path) -> None:
+    if verified.ok:
+        typer.echo(f"verified: {verified.records} audit records "
+                   f"(navi audit verify --data-dir {_escape(str(where))})")
+    else:
+        typer.echo(f"FAILED verification: first bad record {verified.first_bad_seq}: "
+                   f"{_escape(verified.reason or 'unknown')}", err=True)
+
+
+def backup(
+    directory: Annotated[Path, typer.Argument(help="New (or empty) directory for the backup.")],
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Copy a data dir's store, audit log and keys, consistently, while it serves.
+
+    Databases with SQLite's online backup API; the audit mirror cut to the copied chain;
+    session workspaces are not included."""
+    source = _data_dir(data_dir)
+    try:
+        manifest = backup_data_dir(source, directory)
+    except NaviError as exc:
+        raise _fail(exc.message) from None
+    except OSError as exc:
+        raise _fail(f"backup failed: {exc}") from None
+    if as_json:
+        typer.echo(manifest.model_dump_json())
+    else:
+        typer.echo(f"backup of {_escape(str(source))} into {_escape(str(directory))}: "
+                   f"{len(manifest.files)} files, {manifest.total_bytes:,} bytes, "
+                   f"{manifest.seconds:.2f} s")
+        _files(manifest.files)
+        if manifest.audit is not None:
+            a = manifest.audit
+            typer.echo(f"audit: {a.records} records (head seq {a.head_seq}), mirror "
+                       f"{a.mirror_lines} lines, checkpoint at seq {a.checkpoint_seq}")
+        if manifest.store:
+            typer.echo("store: " + ", ".join(f"{v} {k}" for k, v in manifest.store.items()))
+        typer.echo("not included: session workspaces (per-session disks)")
+        _verified(manifest.verified, directory)
+    if not manifest.verified.ok:
+        raise typer.Exit(1)
+
+
+def restore(
+    directory: Annotated[Path, typer.Argument(help="A directory made by `navi backup`.")],
+    data_dir: DataDir = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace the state of a stopped data dir (moved aside into "
+        "pre-restore-<time>/, not deleted).")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Put a backup in place into an empty or stopped data dir.
+
+    Refused while a server (or `navi exec`) has the data dir's audit log open."""
+    target = _data_dir(data_dir)
+    try:
+        report = restore_data_dir(directory, target, force=force)
+    except NaviError as exc:
+        raise _fail(exc.message) from None
+    except OSError as exc:
+        raise _fail(f"restore failed: {exc}") from None
+    if as_json:
+        typer.echo(report.model_dump_json())
+    else:
+        total = sum(f.bytes for f in report.files)
+        typer.echo(f"restored {_escape(str(directory))} into {_escape(report.data_dir)}: "
+                   f"{len(report.files)} files, {total:,} bytes, {report.seconds:.2f} s")
+        _files(report.files)
+        if report.moved_aside:
+            typer.echo(f"previous state moved aside into {_escape(report.moved_aside)}")
+        _verified(report.verified, target)
+    if not report.verified.ok:
+        raise typer.Exit(1)
