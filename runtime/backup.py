@@ -59,7 +59,6 @@ from runtime.errors import AuditIntegrityError, Conflict, InvalidInput
 from runtime.sandbox.instance import INSTANCE_FILE, INSTANCE_ID_RE
 
 MANIFEST = "backup.json"
-FORMAT = "navi-backup-1"
 STORE_DB = "navi.sqlite3"
 DATABASES = (STORE_DB, "memory.sqlite3", "notes.sqlite3")
 TOOLS_DIR = "tools"
@@ -85,7 +84,7 @@ class Verified(BaseModel):
 
 
 class BackupManifest(BaseModel):
-    format: Literal["navi-backup-1"] = FORMAT
+    format: Literal["navi-backup-1"] = "navi-backup-1"
     created_at: str
     source: str
     seconds: float
