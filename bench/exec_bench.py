@@ -50,10 +50,14 @@ LIMITS = Limits()
 CONCURRENCY = (2, 4)
 
 
-def naive_argv(image: str, workspace: Path, instance_id: str) -> list[str]:
+ENGINE_RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
+
+
+def naive_argv(image: str, workspace: Path, instance_id: str, runtime: str = "runc"
+               ) -> list[str]:
     """``docker run --rm`` with the flags our ContainerSpec sets."""
     return [
-        "docker", "run", "--rm", "-i",
+        "docker", "run", "--rm", "-i", "--runtime", ENGINE_RUNTIMES[runtime],
         "--network", "none", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
         "--security-opt", f"seccomp={DEFAULT_PROFILE_PATH}",
@@ -108,8 +112,9 @@ async def _throughput(call: Callable[[int], Awaitable[object]], runs: int, clien
 class Paths:
     """The three in-process paths, sharing one data dir and one instance label."""
 
-    def __init__(self, image: str) -> None:
+    def __init__(self, image: str, runtime: str = "runc") -> None:
         self.image = image
+        self.limits = LIMITS.model_copy(update={"runtime": runtime})
         self.data_dir = Path(tempfile.mkdtemp(prefix="navi-bench-"))
         self.instance_id = f"navi-bench-{uuid.uuid4().hex[:12]}"
         self.root = self.data_dir / "workspaces"
@@ -121,7 +126,7 @@ class Paths:
         self.warm_backend = DockerBackend(
             config.model_copy(update={"warm": WarmPoolConfig(size=1, idle_s=120)})
         )
-        self.naive = naive_argv(image, self.workspace("naive"), self.instance_id)
+        self.naive = naive_argv(image, self.workspace("naive"), self.instance_id, runtime)
 
     def workspace(self, name: str) -> Path:
         path = self.root / name
@@ -133,7 +138,7 @@ class Paths:
         before = backend.warm.stats["taken"] + backend.warm.stats["waited"]
         request = ExecRequest(
             image=self.image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
-            session=session, workspace=self.workspace(session), limits=LIMITS,
+            session=session, workspace=self.workspace(session), limits=self.limits,
         )  # fmt: skip
         result = await backend.run(request)
         if result.stdout != b"1\n":
@@ -156,8 +161,11 @@ class Paths:
         return []
 
 
-async def run_bench(image: str, runs: int, api: bool = True) -> dict[str, Any]:
-    paths = Paths(image)
+async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "runc"
+                    ) -> dict[str, Any]:
+    """``runtime``: the tier of every path but ``warm_api`` (the API runs code_exec under the
+    default policy's tier, runc)."""
+    paths = Paths(image, runtime)
     lat: dict[str, list[float]] = {"docker_run_rm": [], "cold": [], "warm": []}
     served_warm = 0
     out: dict[str, Any] = {}
@@ -204,6 +212,7 @@ async def run_bench(image: str, runs: int, api: bool = True) -> dict[str, Any]:
             "benchmark": "exec",
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "image": image,
+            "runtime": runtime,
             "command": COMMAND,
             "runs": runs,
             "host": {

@@ -8,12 +8,14 @@ from typing import Annotated
 import typer
 
 from bench.audit_bench import cli as audit_bench_cli
+from bench.disk_bench import cli as disk_bench_cli
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import configure_logging
 
 app = typer.Typer(help="Benchmarks; results go to bench/results/*.json.", no_args_is_help=True)
 app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
+app.command("disk")(disk_bench_cli)  # code and docs: bench/disk_bench.py
 
 
 @app.command("exec")
@@ -25,6 +27,9 @@ def exec_bench(
     api: Annotated[
         bool, typer.Option("--api/--no-api", help="Also time warm calls via `navi serve`.")
     ] = True,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="Tier of the runs: runc | gvisor.")
+    ] = "runc",
 ) -> None:
     """Latency of docker run --rm, cold, warm and warm-via-API; throughput (2, 4 clients);
     memory per idle warm container. JSON + PNG chart in bench/results/."""
@@ -34,7 +39,9 @@ def exec_bench(
     configure_logging(settings.log_format, "warning")
     image = image or f"{settings.image_prefix}/python:latest"
     try:
-        results = asyncio.run(run_bench(image, runs, api))
+        if runtime not in ("runc", "gvisor"):
+            raise typer.BadParameter("--runtime is runc or gvisor")
+        results = asyncio.run(run_bench(image, runs, api, runtime))
     except NaviError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(1) from exc
