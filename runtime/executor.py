@@ -26,6 +26,9 @@ Use (API routes, tools, the CLI)::
     await executor.kill(exec_id)    # cancellation: the run returns, the outcome is audited
     await executor.cancel_session(session); await executor.kill_all(reason)
     decision = await executor.authorize(subject, action)  # tools that run no code
+    seq = await executor.record_action(subject, "token.create", token_id, rule=...)
+                                    # a state change that is not an execution: audited
+                                    # (fsync) BEFORE it is applied; see its docstring
 
 Errors (all audited before they are raised, except ``AuditUnavailable`` itself):
 ``QuotaExceeded(retry_after)`` (audited ``denied``, rule ``quotas.<quota>``),
@@ -61,7 +64,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.audit.records import AuditEntry, digest_json, sha256_hex
+from runtime.audit.records import AuditEntry, StateChange, digest_json, sha256_hex
 from runtime.audit.store import AuditLog
 from runtime.errors import NaviError, PolicyDenied, QuotaExceeded
 from runtime.logging import get_logger
@@ -188,6 +191,35 @@ class Executor:
                 "exec_id": None, "tool": action.tool, "args_sha256": args_sha,
                 "args_size": args_size}
         return await self._decide(subject, action, base, approver)
+
+    async def record_action(
+        self, subject: Subject, action: StateChange, obj: str, *, rule: str,
+        detail: str | None = None, tool: str | None = None, tool_hash: str | None = None,
+    ) -> int:
+        """Audit a state change that is not an execution, BEFORE applying it; returns its seq.
+
+        The one way to record ``session.create|delete``, ``file.write|delete|move``,
+        ``tool.write|delete|reload``, ``token.create|revoke``, ``tenant.create`` and
+        ``approval.decide``. Like an execution's intent: the caller has already decided
+        (role check or ``engine.decide``; ``rule`` names what decided), calls this, and only
+        once it returns (the record is fsync'd in the log and its mirror) applies the change.
+        If it raises ``AuditUnavailable`` the change must not happen (fail closed): let the
+        error propagate (the API answers 503). No second record follows; if applying then
+        fails, the log keeps the decision (as with an intent whose container never ran).
+
+        ``subject.tenant`` is the tenant whose state changes (for a token: the token's
+        tenant; for a new tenant: the creating admin's), ``subject.user`` the acting token
+        id, ``subject.session`` the session concerned (``"none"`` outside one). ``obj`` is
+        what is touched: a path, a token id, a session id, a tool name (pass its content
+        hash as ``tool_hash``), an approval id. ``detail`` is a short free-text note (the
+        tenant's name, the decision taken, a move's target).
+        """
+        record = await self.audit.append(AuditEntry(
+            kind="action", action=action, object=obj, tenant=subject.tenant,
+            user=subject.user, session=subject.session, tool=tool, tool_hash=tool_hash,
+            decision="allow", rule=rule, detail=detail))
+        log.info("action_recorded", action=action, object=obj, audit_seq=record.seq)
+        return record.seq
 
     async def _decide(
         self, subject: Subject, action: Action, base: dict[str, Any], approver: Approver | None

@@ -4,16 +4,26 @@
 read-only; ``export_jsonl`` streams it out.
 """
 
-from runtime.audit.records import AuditEntry, AuditRecord, canonical_json, digest_json, sha256_hex
+from runtime.audit.records import (
+    AuditAction,
+    AuditEntry,
+    AuditRecord,
+    StateChange,
+    canonical_json,
+    digest_json,
+    sha256_hex,
+)
 from runtime.audit.signing import Checkpoint
 from runtime.audit.store import AuditLog
 from runtime.audit.verify import VerifyReport, export_jsonl, verify_store
 
 __all__ = [
+    "AuditAction",
     "AuditEntry",
     "AuditLog",
     "AuditRecord",
     "Checkpoint",
+    "StateChange",
     "VerifyReport",
     "canonical_json",
     "digest_json",

@@ -7,6 +7,10 @@ record is always one safe line), no NaN. Verification hashes the stored JSON obj
 is, so records written by an older or newer schema still verify.
 
 Inputs and outputs are never stored, only their SHA-256 digest and size.
+
+``action`` and ``object`` came later: a record written before them has neither in its body
+(its hash covers what it has, so it still verifies) and reads back as ``action="exec"``,
+``object=None``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 GENESIS_HASH = "0" * 64
-Kind = Literal["intent", "outcome", "denied", "interrupted", "approval"]
+Kind = Literal["intent", "outcome", "denied", "interrupted", "approval", "action"]
+# What a record is about: `exec` for everything on an execution's path (intent, outcome,
+# denials, approvals inside a call), else the state change it decided (kind `action`).
+StateChange = Literal[
+    "session.create", "session.delete", "file.write", "file.delete", "file.move",
+    "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
+    "tenant.create", "approval.decide",
+]
+AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000
 
 
@@ -53,6 +65,8 @@ class AuditEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Kind
+    action: AuditAction = Field("exec", description="exec, or the state change decided")
+    object: str | None = Field(None, description="what it touched: path, token id, session…")
     tenant: str
     user: str | None = None
     session: str | None = None
@@ -80,7 +94,8 @@ class AuditEntry(BaseModel):
     duration_ms: int | None = None
     detail: str | None = Field(None, description="error code, approver, cancellation cause…")
 
-    @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id")
+    @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id",
+                     "object")
     @classmethod
     def _cap(cls, value: str | None) -> str | None:
         return value[:MAX_TEXT] if value is not None else None
