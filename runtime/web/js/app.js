@@ -1,15 +1,32 @@
 // The web client's entry point: sign-in, finding out what the token may do, and wiring the
-// sessions, conversation, files, approvals and audit views together.
+// sessions, conversation, files, approvals and audit views together. The selected session is
+// in the URL (`#/sessions/<id>`), so reload, back/forward and links keep it.
 
 import { Api, ApiError, describeError, tokenStore } from "./api.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
-import { FilesPanel, imageUrl } from "./files.js";
+import { FilesPanel, imageUrl, writtenImages } from "./files.js";
 import { SessionsPanel } from "./sessions.js";
 import { EventStream } from "./sse.js";
 import { Timeline } from "./timeline.js";
 
 const APPROVAL_POLL_MS = 5000;
+const SESSION_HASH = /^#\/sessions\/([^/?#]+)$/;
+
+// The session named by the URL, or null.
+function sessionInUrl() {
+  const match = SESSION_HASH.exec(location.hash);
+  if (!match) return null;
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return null;
+  }
+}
+
+function sessionHash(id) {
+  return `#/sessions/${encodeURIComponent(id)}`;
+}
 
 class App {
   constructor() {
@@ -29,6 +46,28 @@ class App {
     this.wireComposer();
     this.wireStop();
     this.wireRunBox();
+    // Back/forward (or an edited URL) between sessions: open the one the URL names.
+    window.addEventListener("hashchange", () => this.followUrl());
+  }
+
+  followUrl() {
+    const id = sessionInUrl();
+    if (!id || !this.sessions || !this.api) return;
+    if (this.active && this.active.session.id === id) return;
+    if (this.sessions.sessions.some((s) => s.id === id)) {
+      this.sessions.select(id);
+    } else {
+      toast("That session does not exist (or is not yours).", "error");
+      if (this.active) this.setUrl(this.active.session.id, { replace: true });
+    }
+  }
+
+  // pushState, not location.hash: it adds a history entry without a hashchange event.
+  setUrl(id, { replace = false } = {}) {
+    const url = id ? sessionHash(id) : `${location.pathname}${location.search}`;
+    if (id && location.hash === url) return;
+    if (replace) history.replaceState(null, "", url);
+    else history.pushState(null, "", url);
   }
 
   async start() {
@@ -99,7 +138,18 @@ class App {
       if (this.role === "admin") this.loadProfiles();
       const sessions = await this.sessions.refresh();
       this.showView("workspace");
-      if (sessions.length) this.sessions.select(sessions[0].id);
+      const wanted = sessionInUrl();
+      const named = wanted && sessions.find((s) => s.id === wanted);
+      if (wanted && !named) {
+        toast("The session in the address does not exist (or is not yours).", "error");
+      }
+      const first = named || sessions[0];
+      if (first) {
+        this.replaceUrlOnce = true; // opening the page is not a step back can undo
+        this.sessions.select(first.id);
+      } else if (wanted) {
+        this.setUrl(null, { replace: true });
+      }
       this.pollApprovals();
     } else {
       this.showView("audit");
@@ -114,6 +164,8 @@ class App {
     clearTimeout(this.pollTimer);
     tokenStore.clear();
     this.api = null;
+    this.sessions = null;
+    this.setUrl(null, { replace: true });
     this.showSignIn(message);
   }
 
@@ -154,6 +206,7 @@ class App {
           { decision }),
         onChange: () => this.files.refreshSoon(),
         loadImage: (path, type) => imageUrl(this.api, session.id, path, type),
+        findWritten: (since, until) => writtenImages(this.api, session.id, since, until),
         onTurn: (running) => {
           if (this.active === view) $("#stop-turn").hidden = !running;
         },
@@ -162,6 +215,8 @@ class App {
       await this.loadHistory(view);
     }
     this.active = view;
+    this.setUrl(session.id, { replace: Boolean(this.replaceUrlOnce) });
+    this.replaceUrlOnce = false;
     const label = session.title || `Session ${session.id.slice(-6)}`;
     $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
     clear($("#timeline-slot")).append(view.timeline.el);
@@ -216,6 +271,7 @@ class App {
     this.views.delete(id);
     if (this.active && this.active.session.id === id) {
       this.active = null;
+      this.setUrl(null, { replace: true });
       clear($("#timeline-slot"));
       $("#chat-title").textContent = "Choose or create a session";
       $("#composer").hidden = true;

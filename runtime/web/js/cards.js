@@ -1,14 +1,23 @@
-// One tool call as a card: arguments, live output, then exit status, duration, badges and the
-// audit seq. All text (arguments, output, errors) goes in through textContent.
+// One tool call as a card: arguments, live output (long output collapses to its last lines),
+// then exit status, duration, badges, the audit seq, and the images the call wrote into the
+// workspace. All text (arguments, output, errors) goes in through textContent.
 
 import { h } from "./dom.js";
+import { decorateCode } from "./markdown.js";
 
 const OUTPUT_CAP = 200_000; // characters kept on screen per card; the full copy stays in files
+const COLLAPSE_LINES = 14; // longer output starts collapsed to its tail
+const COLLAPSE_CHARS = 2500; // (or this much text: long lines wrap)
+const MAX_IMAGES = 6;
 
 export class ToolCard {
-  constructor({ tool, args, execId, loadImage = null }) {
+  constructor({ tool, args, execId, startTs = null, loadImage = null, findWritten = null }) {
     this.tool = tool || "tool";
     this.loadImage = loadImage;
+    this.findWritten = findWritten; // (since, until) -> Promise of [{path, size, mtime}]
+    this.startTs = typeof startTs === "number" && Number.isFinite(startTs) ? startTs : null;
+    this.lines = 0;
+    this.expanded = false;
     this.images = h("div", { class: "card-images" });
     this.execId = execId || null;
     this.shown = 0;
@@ -16,8 +25,12 @@ export class ToolCard {
     this.finished = false;
     this.status = h("span", { class: "status running", text: "running…" });
     this.badges = h("span", { class: "badges" });
-    this.output = h("pre", { class: "output", tabindex: "0", "aria-label": "Output" });
-    this.outputWrap = h("div", { class: "output-wrap", hidden: true }, this.output);
+    this.output = h("pre", { class: "output", tabindex: "0", "aria-label": "Output",
+      id: `out-${Math.random().toString(36).slice(2, 10)}` });
+    this.toggle = h("button", { type: "button", class: "output-toggle subtle", hidden: true,
+      "aria-expanded": "false", "aria-controls": this.output.id });
+    this.toggle.addEventListener("click", () => this.setExpanded(!this.expanded));
+    this.outputWrap = h("div", { class: "output-wrap", hidden: true }, this.output, this.toggle);
     this.footer = h("footer", { class: "card-meta" });
     this.error = h("p", { class: "card-error", hidden: true });
     this.el = h("article", {
@@ -42,15 +55,40 @@ export class ToolCard {
       this.capped = true;
     }
     this.shown += chunk.length;
+    this.lines += (chunk.match(/\n/g) || []).length;
     const last = this.output.lastElementChild;
     if (last && last.dataset.stream === stream) last.textContent += chunk;
     else this.output.append(h("span", { class: stream, dataset: { stream }, text: chunk }));
     if (this.capped) {
       this.output.append(h("span", { class: "note", text: "\n[display limit reached]" }));
     }
+    this.updateCollapse();
   }
 
-  finish(result) {
+  // Long output shows its last lines (where programs put results and errors) until opened.
+  updateCollapse() {
+    const long = this.lines > COLLAPSE_LINES || this.shown > COLLAPSE_CHARS;
+    if (!long) return;
+    if (this.toggle.hidden) {
+      this.toggle.hidden = false;
+      this.setExpanded(false);
+    }
+    const total = this.lines + (this.output.textContent.endsWith("\n") ? 0 : 1);
+    this.toggle.textContent = this.expanded ? "Collapse output"
+      : `Show all ${total.toLocaleString()} lines`;
+    if (!this.expanded) this.output.scrollTop = this.output.scrollHeight;
+  }
+
+  setExpanded(expanded) {
+    this.expanded = expanded;
+    this.outputWrap.classList.toggle("collapsed", !expanded);
+    this.outputWrap.classList.toggle("expanded", expanded);
+    this.toggle.setAttribute("aria-expanded", String(expanded));
+    this.updateCollapse();
+  }
+
+  // `endTs`: server time the result was sent (events and history carry it).
+  finish(result, endTs = null) {
     if (this.finished) return; // the event stream and the POST answer may both finish it
     this.finished = true;
     if (!this.execId && result.exec_id) {
@@ -87,12 +125,30 @@ export class ToolCard {
       this.error.hidden = false;
     }
     this.renderFooter(result);
-    this.showImages(result.images);
+    this.showImages(result, endTs);
   }
 
-  async showImages(images) {
-    if (!Array.isArray(images) || !this.loadImage) return;
-    for (const image of images.slice(0, 6)) {
+  // The images of a result (`images`, e.g. image_view's) and those the call wrote into the
+  // workspace: files whose mtime lies between the call's start and its result, both server
+  // times (the listing's mtime comes from the same host clock).
+  async showImages(result, endTs) {
+    if (!this.loadImage) return;
+    const images = Array.isArray(result.images) ? [...result.images] : [];
+    let since = this.startTs;
+    if (since === null && typeof endTs === "number" && typeof result.duration_ms === "number") {
+      since = endTs - result.duration_ms / 1000 - 1;
+    }
+    if (this.findWritten && since !== null) {
+      try {
+        const until = typeof endTs === "number" ? endTs : Infinity;
+        for (const entry of await this.findWritten(since, until)) {
+          if (!images.some((i) => i && i.path === entry.path)) images.push(entry);
+        }
+      } catch {
+        // no listing: the card stays without pictures
+      }
+    }
+    for (const image of images.slice(0, MAX_IMAGES)) {
       const path = image && typeof image.path === "string" ? image.path : "";
       if (!path) continue;
       try {
@@ -129,7 +185,7 @@ function argsView(tool, args) {
     const lang = args.language ? `${args.language}` : "code";
     wrap.open = true;
     wrap.querySelector("summary").textContent = `Arguments (${lang})`;
-    wrap.append(h("pre", { class: "code", text: args.code }));
+    wrap.append(codeBlock(args.code, lang));
     const rest = { ...args };
     delete rest.code;
     delete rest.language;
@@ -137,11 +193,17 @@ function argsView(tool, args) {
   } else if (typeof args.command === "string" && Object.keys(args).length === 1) {
     wrap.open = true;
     wrap.querySelector("summary").textContent = "Command";
-    wrap.append(h("pre", { class: "code", text: `$ ${args.command}` }));
+    wrap.append(codeBlock(`$ ${args.command}`, "shell", args.command)); // copied without "$ "
   } else {
     wrap.append(h("pre", { text: pretty(args) }));
   }
   return wrap;
+}
+
+function codeBlock(text, lang, copy = text) {
+  const pre = h("pre", { class: "code", text });
+  h("div", {}, pre); // decorateCode puts the block where the <pre> was
+  return decorateCode(pre, { label: lang, copy });
 }
 
 function pretty(value) {

@@ -177,6 +177,20 @@ export async function imageUrl(api, sessionId, path, type = null) {
   return URL.createObjectURL(new Blob([blob], { type: media }));
 }
 
+// The images a call wrote: files whose mtime lies in [since, until] (server times, seconds),
+// small enough to preview. A little slack covers the filesystem's coarse clock.
+const MTIME_SLACK_S = 0.05;
+
+export async function writtenImages(api, sessionId, since, until) {
+  const entries = await api.get(`/v1/sessions/${encodeURIComponent(sessionId)}/files`);
+  return (Array.isArray(entries) ? entries : [])
+    .filter((e) => typeof e.mtime === "number" && e.mtime >= since - MTIME_SLACK_S
+      && e.mtime <= until + MTIME_SLACK_S && e.size <= PREVIEW_MAX_BYTES
+      && imageType(String(e.path)))
+    .sort((a, b) => String(a.path).localeCompare(String(b.path)))
+    .map((e) => ({ path: String(e.path), media_type: imageType(String(e.path)) }));
+}
+
 function imageType(path) {
   const ext = path.split(".").pop().toLowerCase();
   return IMAGE_TYPES[ext] || null;

@@ -1,14 +1,17 @@
-// One session's conversation: user and assistant messages, streamed thinking (collapsible),
-// tool cards and approval prompts, built from the session's events. Items carry their time so
-// history and replayed events land in order.
+// One session's conversation: user and assistant messages (answers rendered as sanitised
+// Markdown), streamed thinking (collapsible), tool cards, approval prompts and the runtime's
+// notices (with a live "preparing the model" state), built from the session's events. Items
+// carry their time so history and replayed events land in order.
 
 import { ToolCard } from "./cards.js";
 import { h, formatTime } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
 
 export class Timeline {
-  constructor({ onDecide, onChange, loadImage, onTurn = () => {} }) {
+  constructor({ onDecide, onChange, loadImage, findWritten = null, onTurn = () => {} }) {
     this.onTurn = onTurn; // (running: boolean) when an agent turn starts or ends
     this.loadImage = loadImage; // workspace path -> Promise of a blob URL
+    this.findWritten = findWritten; // (since, until) -> Promise of files changed in between
     this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
     this.onChange = onChange; // called when tool results may have changed files
     this.el = h("div", {
@@ -25,6 +28,13 @@ export class Timeline {
     this.running = false; // an agent turn is streaming
     this.skipTurns = new Set();
     this.historyExecs = new Set();
+    this.prep = null; // the notice card of a turn that has produced nothing yet
+    this.turnOutput = false; // the running turn has shown something of its own
+  }
+
+  newCard(tool, args, execId, startTs) {
+    return new ToolCard({ tool, args, execId, startTs, loadImage: this.loadImage,
+      findWritten: this.findWritten });
   }
 
   place(node, ts) {
@@ -53,7 +63,7 @@ export class Timeline {
       const meta = msg.meta || {};
       if (meta.stop_reason || meta.error) finished.add(msg.turn_id);
     }
-    const calls = new Map(); // tool call id -> arguments
+    const calls = new Map(); // tool call id -> {arguments, ts of the message that asked}
     for (const msg of messages) {
       const ts = toSeconds(msg.created_at);
       if (msg.role === "user") {
@@ -62,7 +72,7 @@ export class Timeline {
       }
       if (!finished.has(msg.turn_id)) continue;
       if (msg.role === "assistant") {
-        for (const call of msg.tool_calls || []) calls.set(call.id, call.arguments);
+        for (const call of msg.tool_calls || []) calls.set(call.id, { args: call.arguments, ts });
         const meta = msg.meta || {};
         if (msg.content || msg.thinking) {
           const reply = new Reply();
@@ -74,9 +84,9 @@ export class Timeline {
         }
       } else if (msg.role === "tool") {
         const meta = msg.meta || {};
-        const card = new ToolCard({ tool: msg.tool_name, args: calls.get(msg.tool_call_id),
-          execId: meta.exec_id, loadImage: this.loadImage });
-        card.finish({ ...meta, output: msg.content });
+        const call = calls.get(msg.tool_call_id) || {};
+        const card = this.newCard(msg.tool_name, call.args, meta.exec_id, call.ts);
+        card.finish({ ...meta, output: msg.content }, ts);
         if (meta.exec_id) {
           this.cards.set(meta.exec_id, card);
           this.historyExecs.add(meta.exec_id);
@@ -110,18 +120,23 @@ export class Timeline {
         }
         this.startReply(ts);
         this.split = false;
+        this.prep = null;
+        this.turnOutput = false;
         this.setRunning(true);
         break;
       case "thinking_delta":
+        this.outputStarted();
         this.ensureReply(ts).addThinking(deltaOf(event));
         break;
       case "thinking_end":
         if (this.reply) this.reply.endThinking();
         break;
       case "stream_delta":
+        this.outputStarted();
         this.ensureReply(ts).addText(deltaOf(event));
         break;
       case "stream_end":
+        this.outputStarted();
         // The final text is authoritative unless tool cards split this turn's text.
         this.ensureReply(ts).finish(this.split ? null : event.content, event.stop_reason);
         this.reply = null;
@@ -130,6 +145,7 @@ export class Timeline {
         this.onChange();
         break;
       case "tool_call":
+        this.outputStarted();
         this.toolCall(event, ts);
         break;
       case "exec_output":
@@ -137,7 +153,7 @@ export class Timeline {
           event.data);
         break;
       case "tool_result":
-        this.cardFor(event, ts).finish(event);
+        this.cardFor(event, ts).finish(event, ts);
         this.onChange();
         break;
       case "approval_required":
@@ -147,6 +163,7 @@ export class Timeline {
         this.approvalDecided(event.approval_id, event.status, event.decided_by);
         break;
       case "error":
+        if (!event.exec_id) this.outputStarted(true);
         this.errorNote(event, ts);
         if (!event.exec_id) this.setRunning(false);
         break;
@@ -154,7 +171,7 @@ export class Timeline {
         this.notice(`${event.missed} earlier events were no longer available.`, ts);
         break;
       case "notice":
-        this.notice(String(event.message || ""), ts);
+        this.runtimeNotice(event, ts);
         break;
       default:
         break;
@@ -182,8 +199,7 @@ export class Timeline {
   toolCall(event, ts) {
     if (event.exec_id && this.cards.has(event.exec_id)) return;
     if (this.reply) this.reply.pause(); // text after the card starts a new block
-    const card = new ToolCard({ tool: event.tool, args: event.args, execId: event.exec_id,
-      loadImage: this.loadImage });
+    const card = this.newCard(event.tool, event.args, event.exec_id, ts);
     if (event.exec_id) this.cards.set(event.exec_id, card);
     else this.openCards.push(card);
     this.place(card.el, ts);
@@ -270,6 +286,82 @@ export class Timeline {
   notice(text, ts) {
     this.place(h("p", { class: "notice", text }), ts);
   }
+
+  // `notice` {message, phase?, progress?}: the runtime telling how the answer is served, e.g.
+  // that the embedded model is being installed and loaded. While the turn has shown nothing
+  // else, notices update one "preparing" card with a spinner; its first output ends it.
+  runtimeNotice(event, ts) {
+    const waiting = this.running && !this.turnOutput;
+    if (this.prep && waiting) {
+      this.prep.update(event);
+      return;
+    }
+    const card = new NoticeCard(event, waiting);
+    this.place(card.el, ts);
+    if (waiting) this.prep = card;
+  }
+
+  outputStarted(failed = false) {
+    this.turnOutput = true;
+    if (this.prep) {
+      this.prep.end(failed);
+      this.prep = null;
+    }
+  }
+}
+
+// The runtime's notice: its message, and the phase and progress when the notice has them.
+class NoticeCard {
+  constructor(event, waiting) {
+    this.message = h("span", { class: "notice-message" });
+    this.phase = h("span", { class: "phase", hidden: true });
+    this.bar = h("progress", { max: "100", hidden: true, "aria-label": "Progress" });
+    this.percent = h("span", { class: "percent", hidden: true });
+    this.el = h("div", { class: `notice-card${waiting ? " preparing" : ""}`, role: "status",
+      "aria-live": "polite" },
+    h("span", { class: "spinner", "aria-hidden": "true" }),
+    h("div", { class: "notice-body" }, this.message,
+      h("div", { class: "notice-progress" }, this.phase, this.bar, this.percent)));
+    this.update(event);
+  }
+
+  update(event) {
+    const message = String(event.message ?? event.text ?? "");
+    if (message) this.message.textContent = message;
+    const phase = typeof event.phase === "string" ? event.phase : "";
+    this.phase.hidden = !phase;
+    this.phase.textContent = phase ? capitalize(phase.replace(/[_-]+/g, " ")) : "";
+    this.el.dataset.phase = phase;
+    const percent = percentOf(event);
+    this.bar.hidden = percent === null;
+    this.percent.hidden = percent === null;
+    if (percent !== null) {
+      this.bar.value = percent;
+      this.percent.textContent = `${Math.round(percent)}%`;
+    }
+    if (/^(ready|done|finished)$/i.test(phase)) this.end(false);
+  }
+
+  end(failed) {
+    if (!this.el.classList.contains("preparing")) return;
+    this.el.classList.remove("preparing");
+    this.el.classList.add(failed ? "failed" : "ready");
+  }
+}
+
+// A notice's progress as a percentage, or null: `progress` as a fraction (0..1) or a
+// percentage (1..100), or {done|completed|current, total}; also `done`/`total` beside it.
+function percentOf(event) {
+  let value = event.progress;
+  if (value && typeof value === "object") {
+    const done = value.done ?? value.completed ?? value.current;
+    value = typeof done === "number" && value.total > 0 ? done / value.total : null;
+  } else if (typeof value !== "number" && typeof event.done === "number" && event.total > 0) {
+    value = event.done / event.total;
+  }
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) return null;
+  const percent = value <= 1 ? value * 100 : value;
+  return Math.min(100, percent);
 }
 
 const STOP_REASONS = {
@@ -284,7 +376,9 @@ class Reply {
   constructor() {
     this.thinking = null;
     this.thinkingText = null;
-    this.text = h("div", { class: "text" });
+    this.text = h("div", { class: "text markdown" });
+    this.raw = ""; // the answer's Markdown source
+    this.frame = 0;
     this.el = h("div", { class: "msg assistant streaming", "aria-busy": "true" },
       h("span", { class: "who", text: "Agent" }), this.text);
     this.closed = false;
@@ -309,25 +403,43 @@ class Reply {
 
   addText(delta) {
     this.endThinkingIfOpen();
-    this.text.textContent += String(delta ?? "");
+    this.raw += String(delta ?? "");
+    // Re-render the Markdown at most once a frame while the answer streams in.
+    if (!this.frame) {
+      this.frame = requestAnimationFrame(() => {
+        this.frame = 0;
+        this.render();
+      });
+    }
   }
 
   setText(text) {
-    this.text.textContent = String(text ?? "");
+    this.raw = String(text ?? "");
+    this.render();
+  }
+
+  render() {
+    if (this.frame) {
+      cancelAnimationFrame(this.frame);
+      this.frame = 0;
+    }
+    this.text.replaceChildren(renderMarkdown(this.raw));
   }
 
   pause() {
     // A tool card comes next: later text goes into a new reply block below it.
     this.closed = true;
+    if (this.frame) this.render();
     this.dropIfEmpty();
   }
 
   dropIfEmpty() {
-    if (!this.thinking && !this.text.textContent) this.el.remove();
+    if (!this.thinking && !this.raw) this.el.remove();
   }
 
   finish(content, reason) {
     if (typeof content === "string" && content) this.setText(content);
+    else if (this.frame) this.render();
     const why = STOP_REASONS[reason];
     if (why) this.el.append(h("p", { class: "stop-reason", text: why }));
     this.finished = true;
@@ -340,6 +452,7 @@ class Reply {
 
   done() {
     this.closed = true;
+    if (this.frame) this.render();
     this.endThinkingIfOpen();
     this.el.classList.remove("streaming");
     this.el.removeAttribute("aria-busy");
