@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     warm_pool_size: int = Field(
         1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
     warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")
+    warm_burst: int = Field(
+        4, ge=0, le=16, description="Warm containers a session calling back to back may get "
+        "ready per class (the pool grows from NAVI_WARM_POOL_SIZE toward it on misses).")
     warm_per_tenant: int = Field(8, ge=0, description="Warm containers one tenant may hold.")
     warm_total: int = Field(64, ge=0, description="Warm containers the whole server may hold.")
     egress_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
@@ -79,6 +82,15 @@ class Settings(BaseSettings):
         32, ge=1, le=4096, description="Egress connections one execution may hold open.")
     egress_idle_s: float = Field(
         60.0, gt=0, description="An egress connection without traffic this long is closed.")
+    events_session_bytes: int = Field(
+        8 * 1024 * 1024, ge=0, description="Bytes of encoded events one session keeps for "
+        "replay (`Last-Event-ID`); oldest dropped first.")
+    events_total_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="Bytes of events all sessions together keep for "
+        "replay; the server's oldest dropped first.")
+    events_idle_s: float = Field(
+        600.0, gt=0, description="A session's replay is emptied after this long with no "
+        "watcher and no new event.")
     egress_allow_loopback: bool = Field(
         False, description="Tests only: the egress proxy may reach 127.0.0.0/8 and ::1.")
 

@@ -121,6 +121,7 @@ class DockerBackendConfig(BaseModel):
             values["warm"] = WarmPoolConfig(
                 size=settings.warm_pool_size,
                 idle_s=settings.warm_idle_s,
+                burst=settings.warm_burst,
                 per_tenant=settings.warm_per_tenant,
                 total=settings.warm_total,
             )

@@ -9,9 +9,12 @@ Rules:
 - ``take(key)`` hands a ready container to exactly one call, and forgets it: a warm
   container never serves two calls. With none ready it waits for one being launched for
   that class (unclaimed), else returns None (the call runs cold).
-- ``replenish`` (after a call) launches in the background up to ``size`` per class, never
+- ``replenish`` (after a call) launches in the background up to the class's *depth*, never
   more than ``per_tenant`` held (ready or launching) by one tenant nor ``total`` by the
-  whole server (a lab server's many sessions must not pin unbounded memory).
+  whole server (a lab server's many sessions must not pin unbounded memory). The depth
+  starts at ``size``; each call that finds nothing ready (it waits, or runs cold) adds one,
+  up to ``burst`` (a session calling back to back, such as an eval harness, soon finds its
+  calls warm), and each container that expires unused takes one away (down to ``size``).
 - A ready container idle for ``idle_s`` is removed; ``release_session`` removes a session's,
   ``close`` all. Each carries a lease label (idle + timeout + grace) so the reaper removes it
   if the supervisor dies.
@@ -50,6 +53,7 @@ class WarmPoolConfig(BaseModel):
     total: int = Field(64, ge=0, description="warm containers the whole server may hold")
     ready_timeout_s: float = Field(10.0, gt=0, description="start → runner ready, at most")
     retry_after_s: float = Field(60.0, ge=0, description="pause for a class whose launch failed")
+    burst: int = Field(4, ge=0, le=16, description="most ready per class for a busy session")
 
 
 @dataclass(eq=False)
@@ -96,6 +100,7 @@ class WarmPool:
         self._held: Counter[str] = Counter()
         self._generation: Counter[str] = Counter()
         self._broken: dict[str, float] = {}
+        self._depth: dict[str, tuple[str, int]] = {}  # key -> (session, ready wanted)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         self.stats: Counter[str] = Counter()  # taken, waited, missed, launched, failed, expired
@@ -103,6 +108,14 @@ class WarmPool:
     @property
     def enabled(self) -> bool:
         return self.config.size > 0 and not self._closed
+
+    def depth(self, key: str) -> int:
+        """How many of this class to keep ready (or on the way)."""
+        return self._depth.get(key, ("", self.config.size))[1]
+
+    def _adjust(self, key: str, session: str, step: int) -> None:
+        low, high = self.config.size, max(self.config.size, self.config.burst)
+        self._depth[key] = (session, min(high, max(low, self.depth(key) + step)))
 
     def ready_count(self, session: str | None = None) -> int:
         return sum(
@@ -133,9 +146,12 @@ class WarmPool:
             if landed is not None and queue is not None and landed in queue:
                 queue.remove(landed)
                 self.stats["waited"] += 1
+                self._adjust(key, landed.session, +1)
                 return self._forget(landed)
             break
         self.stats["missed"] += 1
+        if key in self._depth:  # a session of this class is calling faster than we launch
+            self._adjust(key, self._depth[key][0], +1)
         return None
 
     def _forget(self, container: WarmContainer) -> WarmContainer:
@@ -151,10 +167,12 @@ class WarmPool:
         broken_at = self._broken.get(key)
         if broken_at is not None and time.monotonic() - broken_at < self.config.retry_after_s:
             return
+        if key not in self._depth:
+            self._depth[key] = (session, self.config.size)
         have = len(self._ready.get(key, ())) + sum(
             1 for launch in self._launching.get(key, []) if not launch.claimed
         )
-        while (have < self.config.size and self._held[tenant] < self.config.per_tenant
+        while (have < self.depth(key) and self._held[tenant] < self.config.per_tenant
                and self._held.total() < self.config.total):
             launch = _Launch(session, tenant, self._generation[session])
             self._held[tenant] += 1
@@ -199,6 +217,7 @@ class WarmPool:
             return
         queue.remove(container)
         self._forget(container)
+        self._adjust(container.key, container.session, -1)
         self.stats["expired"] += 1
         self._spawn(self._discard(container))
 
@@ -215,6 +234,8 @@ class WarmPool:
             self._closed = True
         else:
             self._generation[session] += 1
+        self._depth = {k: v for k, v in self._depth.items()
+                       if session is not None and v[0] != session}
         launching = [
             launch.task
             for launches in self._launching.values()

@@ -53,3 +53,49 @@ async def test_per_tenant_caps_one_tenant(tmp_path: Path) -> None:
         assert pool.ready_count("other") == 1
     finally:
         await pool.close()
+
+
+async def test_depth_grows_for_a_busy_session_and_shrinks_when_idle() -> None:
+    """A call that finds nothing ready raises the class's depth (up to ``burst``); an
+    unused container that expires lowers it again (down to ``size``)."""
+    landed = asyncio.Event()
+
+    async def launch(spec: ContainerSpec, key: str) -> WarmContainer:
+        await landed.wait()  # launches land only when the test says so
+        return WarmContainer(id=f"c-{key[:8]}", key=key, session="s", tenant="t",
+                             image_id=spec.image, attached=None)
+
+    async def discard(container: WarmContainer) -> None:
+        return None
+
+    pool = WarmPool(WarmPoolConfig(size=1, burst=3, idle_s=0.2, ready_timeout_s=0.01),
+                    launch, discard)
+    spec = _spec("s", "t")
+    key = warm_key(spec)
+    try:
+        pool.replenish(key, spec, "s", "t")
+        for expected in (2, 3, 3):  # back to back: each call finds the launch still running
+            assert await pool.take(key) is None
+            pool.replenish(key, spec, "s", "t")
+            assert pool.depth(key) == expected
+        landed.set()
+        await asyncio.sleep(0.05)
+        assert pool.ready_count("s") == 3  # capped at burst
+        await asyncio.sleep(0.5)  # all three expire unused
+        assert pool.depth(key) == 1 and pool.ready_count("s") == 0
+    finally:
+        await pool.close()
+
+
+async def test_depth_stays_within_the_tenant_cap() -> None:
+    pool = await _fill(WarmPoolConfig(size=1, burst=8, per_tenant=2), [("s", "t")])
+    spec = _spec("s", "t")
+    key = warm_key(spec)
+    try:
+        for _ in range(6):
+            await pool.take(key)
+            pool.replenish(key, spec, "s", "t")
+            await asyncio.sleep(0.01)
+        assert pool.ready_count("s") <= 2
+    finally:
+        await pool.close()
