@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.agent.caps import EVENT_TEXT, MODEL_TOOL_OUTPUT, clip, clip_value
+from runtime.agent.caps import EVENT_TEXT, MODEL_TOOL_OUTPUT, clip
 from runtime.agent.events import TurnEvents
 from runtime.agent.live_output import LiveOutput
 from runtime.agent.llm.types import ImageInput, ToolCallRequest
@@ -25,6 +25,7 @@ from runtime.executor import new_exec_id
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.tools import ToolContext, ToolResult
+from runtime.tools.event_args import event_args
 
 log = get_logger(__name__)
 
@@ -74,7 +75,8 @@ class ToolRunner:
             self._seen[key] = self._seen.get(key, 0) + 1
             if self._seen[key] >= self.stall_repeats:
                 raise Stalled(call.name, self._seen[key])
-        shown_args = (clip_value(call.arguments) if call.arguments is not None
+        shown_args = (await asyncio.to_thread(event_args, call.arguments)
+                      if call.arguments is not None
                       else {"_raw": clip(call.raw_arguments, 2048)})
         self.events.emit("tool_call", tool=call.name[:200], args=shown_args, exec_id=exec_id,
                          call_id=call.id, iteration=self.events.iteration)
@@ -84,7 +86,7 @@ class ToolRunner:
         try:
             result = await self._invoke(call, exec_id)
         except PolicyDenied as exc:
-            self.services.metrics.denials.labels(call.name, exc.rule).inc()
+            self.services.metrics.denials.labels(self._label(call), exc.rule).inc()
             return self._failed(call, exec_id, f"denied by policy (rule {exc.rule}): "
                                 f"{exc.message}", code=exc.code, rule=exc.rule)
         except QuotaExceeded as exc:
@@ -96,6 +98,13 @@ class ToolRunner:
             log.warning("agent_tool_failed", tool=call.name, code=exc.code, message=exc.message)
             return self._failed(call, exec_id, f"{exc.code}: {exc.message}", code=exc.code)
         return self._succeeded(call, exec_id, result)
+
+    def _label(self, call: ToolCallRequest) -> str:
+        """The call's metric label, from a closed set (the model names tools at will)."""
+        label: str = self.services.metrics.tool_label(
+            call.name, self.services.tools.registry.builtin_names(),
+            found=call.name in self.offered)
+        return label
 
     def _refusal(self, call: ToolCallRequest) -> str | None:
         if call.error is not None:
@@ -130,9 +139,8 @@ class ToolRunner:
 
     def _failed(self, call: ToolCallRequest, exec_id: str, error: str, **meta: Any
                 ) -> CallOutcome:
-        label = call.name if call.name in self.offered else "(unknown)"  # bounded labels
         outcome = "denied" if meta.get("code") == "policy_denied" else "refused"
-        self.services.metrics.executions.labels(label, outcome).inc()
+        self.services.metrics.executions.labels(self._label(call), outcome).inc()
         self.events.emit("tool_result", tool=call.name[:200], success=False, output="",
                          error=clip(error, 4096), exec_id=exec_id, call_id=call.id, **meta)
         return CallOutcome(call=call, exec_id=exec_id, success=False,
@@ -149,9 +157,10 @@ class ToolRunner:
             outcome = "timeout"
         elif fields.get("oom_killed"):
             outcome = "oom"
-        self.services.metrics.executions.labels(call.name, outcome).inc()
+        label = self._label(call)
+        self.services.metrics.executions.labels(label, outcome).inc()
         if "duration_ms" in fields:
-            self.services.metrics.duration.labels(call.name).observe(fields["duration_ms"] / 1000)
+            self.services.metrics.duration.labels(label).observe(fields["duration_ms"] / 1000)
         self.events.emit("tool_result", tool=call.name, success=result.success,
                          output=clip(result.output, EVENT_TEXT),
                          error=clip(result.error, 4096) if result.error else None,

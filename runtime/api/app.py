@@ -14,6 +14,8 @@ from runtime.agent import AgentService
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.errors import install_error_handlers
+from runtime.api.event_replay import ReplayLimits
+from runtime.api.events import EventHub
 from runtime.api.metrics import Metrics
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
@@ -73,7 +75,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, agent=agent,
-                        metrics=metrics)
+                        metrics=metrics, hub=EventHub(ReplayLimits.from_settings(settings)))
+    services.background.append(services.hub.start_sweeper())
     await _start_sandbox(services)
     return services
 

@@ -160,12 +160,23 @@ class ToolRegistry:
 
     async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
+        tool, params = await self.check(name, args, ctx)
+        return await self.run(tool, params, ctx)
+
+    async def check(self, name: str, args: Any, ctx: ToolContext) -> tuple[Tool, Any]:
+        """The first half of `invoke`: look the tool up and validate `args`; nothing runs.
+        A caller that announces calls (a `tool_call` event) does so between the halves, so
+        a call that names no tool or carries bad arguments announces nothing."""
         tool = await self.lookup(name, ctx.subject)
         try:
             params = await validate_args(tool, args)
         except InvalidInput:
             await self._refuse_if_denied(tool, args, ctx)
             raise
+        return tool, params
+
+    async def run(self, tool: Tool, params: Any, ctx: ToolContext) -> ToolResult:
+        """The second half of `invoke`: authorise and run a call `check` accepted."""
         if ctx.registry is None:
             ctx.registry = self
         if not tool.runs_in_sandbox:

@@ -27,8 +27,7 @@ WS_AUTH_TIMEOUT_S = 10.0
 
 
 def sse_frame(event: Event) -> ServerSentEvent:
-    return ServerSentEvent(raw_data=json.dumps(event.as_json(), separators=(",", ":")),
-                           id=str(event.id))
+    return ServerSentEvent(raw_data=event.wire, id=str(event.id))
 
 
 def event_id(text: str | None) -> int | None:
@@ -94,7 +93,7 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
 async def _pump(websocket: WebSocket, bus: SessionEventBus, last: int | None) -> None:
     with contextlib.suppress(WebSocketDisconnect, RuntimeError):
         async for event in bus.subscribe(last):
-            await websocket.send_json(event.as_json())
+            await websocket.send_text(event.wire)
 
 
 async def _drain(websocket: WebSocket, services: Any, session_id: str) -> None:

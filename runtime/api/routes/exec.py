@@ -3,7 +3,9 @@
 `POST /v1/sessions/{id}/exec` answers DESIGN's exec result. With `?stream=true` it answers
 the execution's events as SSE instead (`tool_call`, live `exec_output`, then `tool_result`
 carrying the same result fields, or `error`). Either way every event also goes to the
-session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live.
+session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live, from the moment
+the tool is found and its arguments are valid: a refused request publishes nothing, and
+`tool_call` carries at most 64 KiB of arguments (`runtime.tools.event_args`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from runtime.errors import NaviError, PolicyDenied
 from runtime.executor import new_exec_id
 from runtime.policy.decision import Subject
 from runtime.tools import ToolContext, ToolResult
+from runtime.tools.event_args import event_args
 
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
 
@@ -53,7 +56,8 @@ def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
 
 async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:
     bus = services.hub.bus(subject.session)
-    bus.publish("tool_call", tool=body.tool, args=body.args, exec_id=exec_id)
+    registry = services.tools.registry
+    builtins = registry.builtin_names()
     workspace_path = await asyncio.to_thread(services.workspaces.verify, subject.tenant,
                                              subject.session)
     workspace = await asyncio.to_thread(services.workspaces.open, subject.tenant, subject.session)
@@ -61,31 +65,45 @@ async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: st
                       executor=services.executor, on_output=_LiveOutput(bus, exec_id),
                       timeout_s=body.timeout_s, exec_id=exec_id,
                       approver=services.approver_for(bus))
-    services.metrics.active.inc()
     try:
-        result = await services.tools.registry.invoke(body.tool, body.args, ctx)
-    except PolicyDenied as exc:
-        services.metrics.denials.labels(body.tool, exc.rule).inc()
-        services.metrics.executions.labels(body.tool, "denied").inc()
-        bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False,
-                    output="", error=exc.message, rule=exc.rule)
-        raise
-    except NaviError as exc:
-        services.metrics.executions.labels(body.tool, exc.code).inc()
-        bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False, output="",
-                    error=exc.message, code=exc.code)
-        raise
+        try:
+            tool, params = await registry.check(body.tool, body.args, ctx)
+        except NaviError as exc:  # no such tool or bad arguments: nothing is announced
+            _count_failure(services, services.metrics.tool_label(body.tool, builtins, found=False),
+                           exc)
+            raise
+        label = services.metrics.tool_label(body.tool, builtins, found=True)
+        shown = await asyncio.to_thread(event_args, body.args)  # linear in their size
+        bus.publish("tool_call", tool=body.tool, args=shown, exec_id=exec_id)
+        services.metrics.active.inc()
+        try:
+            result = await registry.run(tool, params, ctx)
+        except NaviError as exc:
+            _count_failure(services, label, exc)
+            extra = {"rule": exc.rule} if isinstance(exc, PolicyDenied) else {"code": exc.code}
+            bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False,
+                        output="", error=exc.message, **extra)
+            raise
+        finally:
+            services.metrics.active.dec()
     finally:
-        services.metrics.active.dec()
         workspace.close()
     out = exec_out(result, exec_id)
     outcome = "ok" if out.ok else ("timeout" if out.timed_out else
                                    "oom" if out.oom_killed else "failed")
-    services.metrics.executions.labels(body.tool, outcome).inc()
-    services.metrics.duration.labels(body.tool).observe(out.duration_ms / 1000)
+    services.metrics.executions.labels(label, outcome).inc()
+    services.metrics.duration.labels(label).observe(out.duration_ms / 1000)
     bus.publish("tool_result", tool=body.tool, success=out.ok, output=result.output,
                 **out.model_dump(exclude={"output", "metadata"}))
     return out
+
+
+def _count_failure(services: Services, label: str, exc: NaviError) -> None:
+    if isinstance(exc, PolicyDenied):
+        services.metrics.denials.labels(label, exc.rule).inc()
+        services.metrics.executions.labels(label, "denied").inc()
+    else:
+        services.metrics.executions.labels(label, exc.code).inc()
 
 
 @router.post("/{session_id}/exec", response_model=ExecOut,
@@ -115,8 +133,8 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
             await asyncio.wait({pending, task}, return_when=asyncio.FIRST_COMPLETED)
             if pending.done():
                 event = pending.result()
-                if event.data.get("exec_id") == exec_id:
-                    yield _encode(event.as_json(), event.id)
+                if event.exec_id == exec_id:
+                    yield _frame(event.wire, event.id)
                     if event.type == "tool_result":
                         break
                 pending = asyncio.ensure_future(anext(events))
@@ -128,7 +146,7 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
             await task
         exc = task.exception() if task.done() and not task.cancelled() else None
         if exc is not None:
-            yield _encode(_error_event(exc, exec_id), None)
+            yield _frame(json.dumps(_error_event(exc, exec_id), separators=(",", ":")), None)
     finally:
         pending.cancel()
         with contextlib.suppress(Exception):
@@ -148,6 +166,5 @@ def _error_event(exc: BaseException, exec_id: str) -> dict[str, Any]:
             "message": exc.message, **details}
 
 
-def _encode(data: dict[str, Any], event_id: int | None) -> bytes:
-    return format_sse_event(data_str=json.dumps(data, separators=(",", ":")),
-                            id=None if event_id is None else str(event_id))
+def _frame(data: str, event_id: int | None) -> bytes:
+    return format_sse_event(data_str=data, id=None if event_id is None else str(event_id))

@@ -1,0 +1,233 @@
+"""Event replay bounded in bytes: per session, across the server, idle sessions emptied;
+events carry at most 64 KiB of arguments; metric labels come from a closed set."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from runtime.api.event_replay import EVENT_OVERHEAD, ReplayLimits, event_cost
+from runtime.api.events import Event, EventHub, SessionEventBus
+from runtime.api.metrics import Metrics, tool_label
+from runtime.tools.event_args import ARGS_EVENT_BYTES, TruncatedArgs, args_bytes, event_args
+
+KiB = 1024
+BLOB = "x" * (10 * KiB)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def hub(session: int = 64 * KiB, total: int = 1024 * KiB, idle: float = 600.0,
+        clock: Clock | None = None) -> EventHub:
+    limits = ReplayLimits(session_bytes=session, total_bytes=total, idle_s=idle)
+    return EventHub(limits, clock=clock or Clock())
+
+
+def kept(bus: SessionEventBus) -> list[int]:
+    return [e.id for e in bus.replay]
+
+
+async def collect(bus: SessionEventBus, last_id: int | None) -> list[Event]:
+    """What a client resuming after `last_id` receives before anything new happens."""
+    out: list[Event] = []
+    events = bus.subscribe(last_id)
+    try:
+        while True:
+            out.append(await asyncio.wait_for(anext(events), 0.05))
+    except TimeoutError:
+        return out
+    finally:
+        await events.aclose()
+
+
+def test_a_session_keeps_at_most_its_bytes_oldest_dropped_first() -> None:
+    h = hub(session=64 * KiB)
+    bus = h.bus("s1")
+    for i in range(40):
+        bus.publish("exec_output", data=BLOB, n=i)
+    assert bus.replay.bytes <= 64 * KiB
+    assert bus.replay.bytes == sum(event_cost(e) for e in bus.replay) == h.budget.bytes
+    ids = kept(bus)
+    assert ids == list(range(ids[0], 41)) and len(ids) == 6  # the newest, unbroken
+    assert bus.since(0) == (list(bus.replay), ids[0] - 1)
+
+
+async def test_a_client_away_too_long_gets_resync_then_what_is_kept() -> None:
+    bus = hub(session=64 * KiB).bus("s1")
+    for i in range(40):
+        bus.publish("exec_output", data=BLOB, n=i)
+    got = await collect(bus, 3)
+    first_kept = kept(bus)[0]
+    assert got[0].type == "resync" and got[0].data == {"missed": first_kept - 4}
+    assert [e.id for e in got[1:]] == list(range(first_kept, 41))
+    assert [e.id for e in await collect(bus, 39)] == [40]  # still in the buffer: no resync
+
+
+def test_the_server_total_drops_the_oldest_event_of_any_session() -> None:
+    event = Event.make(1, "exec_output", {"data": BLOB, "n": 0})
+    h = hub(session=64 * KiB, total=8 * event_cost(event) + 100)
+    a, b, c = h.bus("a"), h.bus("b"), h.bus("c")
+    for i in range(5):
+        a.publish("exec_output", data=BLOB, n=i)
+    for i in range(5):
+        b.publish("exec_output", data=BLOB, n=i)
+    assert h.budget.bytes <= h.limits.total_bytes
+    assert kept(a) == [3, 4, 5] and kept(b) == [1, 2, 3, 4, 5]  # a's were the oldest
+    for i in range(4):
+        c.publish("exec_output", data=BLOB, n=i)
+    assert kept(a) == [] and kept(b) == [2, 3, 4, 5] and kept(c) == [1, 2, 3, 4]
+    assert h.budget.bytes == sum(x.replay.bytes for x in (a, b, c)) <= h.limits.total_bytes
+    a.publish("exec_output", data=BLOB, n=9)  # a empty buffer takes part again
+    assert kept(a) == [6] and kept(b) == [3, 4, 5]
+
+
+def test_per_session_trimming_keeps_the_total_order_right() -> None:
+    event = Event.make(1, "exec_output", {"data": BLOB, "n": 0})
+    cost = event_cost(event)
+    h = hub(session=3 * cost + 60, total=5 * cost + 100)  # (ts and n vary by a few bytes)
+    a, b = h.bus("a"), h.bus("b")
+    for i in range(6):  # a trims itself to its last three: its heap entry is stale
+        a.publish("exec_output", data=BLOB, n=i)
+    assert kept(a) == [4, 5, 6]
+    for i in range(3):
+        b.publish("exec_output", data=BLOB, n=i)
+    assert kept(a) == [5, 6] and kept(b) == [1, 2, 3]  # a's 4 was the server's oldest
+    b.publish("exec_output", data=BLOB, n=3)
+    assert kept(a) == [5, 6] and kept(b) == [2, 3, 4]  # b's own limit first
+    assert h.budget.bytes == a.replay.bytes + b.replay.bytes <= h.limits.total_bytes
+
+
+async def test_an_event_larger_than_a_session_is_sent_live_but_not_kept() -> None:
+    bus = hub(session=64 * KiB).bus("s1")
+    bus.publish("exec_output", data="small")
+    events = bus.subscribe(None)
+    pending = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0)
+    big = bus.publish("tool_result", output="y" * (100 * KiB))
+    assert (await asyncio.wait_for(pending, 1)).id == big.id  # the live reader has it
+    await events.aclose()
+    assert kept(bus) == [] and bus.replay.bytes == 0
+    bus.publish("exec_output", data="after")
+    got = await collect(bus, 0)
+    assert got[0].type == "resync" and got[0].data == {"missed": 2}
+    assert [e.id for e in got[1:]] == [3]
+
+
+async def test_idle_sessions_give_their_buffer_back_and_ids_keep_counting() -> None:
+    clock = Clock()
+    h = hub(idle=600.0, clock=clock)
+    idle, watched, busy = h.bus("idle"), h.bus("watched"), h.bus("busy")
+    for bus in (idle, watched, busy):
+        bus.publish("exec_output", data=BLOB)
+    watcher = watched.subscribe(None)
+    pending = asyncio.ensure_future(anext(watcher))
+    await asyncio.sleep(0)
+    clock.now += 590
+    busy.publish("exec_output", data=BLOB)
+    assert h.sweep() == 0
+    clock.now += 20  # idle and watched: 610 s without an event; busy: 20 s
+    assert h.sweep() == 1
+    assert kept(idle) == [] and kept(watched) == [1] and kept(busy) == [1, 2]
+    assert h.budget.bytes == watched.replay.bytes + busy.replay.bytes
+    pending.cancel()
+    await asyncio.sleep(0)
+    await watcher.aclose()
+    idle.publish("exec_output", data="back")
+    assert kept(idle) == [2]
+    got = await collect(idle, 0)
+    assert got[0].type == "resync" and got[0].data == {"missed": 1}
+
+
+async def test_the_sweeper_runs_in_the_background() -> None:
+    h = EventHub(ReplayLimits(idle_s=0.2))
+    h.bus("s").publish("exec_output", data=BLOB)
+    task = h.start_sweeper()
+    try:
+        for _ in range(100):
+            if not len(h.bus("s").replay):
+                break
+            await asyncio.sleep(0.02)
+        assert h.budget.bytes == 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def test_a_deleted_session_gives_its_bytes_back() -> None:
+    h = hub()
+    for name in ("a", "b"):
+        h.bus(name).publish("exec_output", data=BLOB)
+    h.drop("a")
+    assert h.budget.bytes == h.bus("b").replay.bytes > 0
+    for i in range(200):  # many short-lived sessions leave no heap entries behind
+        h.bus(f"t{i}").publish("exec_output", data="x")
+        h.drop(f"t{i}")
+    assert len(h.budget._heads) <= 2 * 1 + 64 + 1
+
+
+async def test_a_reader_that_does_not_read_is_cut_off_by_bytes() -> None:
+    bus = hub(session=64 * KiB).bus("s1")
+    events = bus.subscribe(None)
+    first = asyncio.ensure_future(anext(events))
+    await asyncio.sleep(0)
+    for i in range(20):
+        bus.publish("exec_output", data=BLOB, n=i)
+    assert not bus.subscribers  # more than 64 KiB unread: cut off, resumes by Last-Event-ID
+    with pytest.raises(StopAsyncIteration):
+        await first
+    got = await collect(bus, 0)  # resuming works from the replay as usual
+    assert got[0].type == "resync" and got[-1].id == 20
+
+
+def test_an_event_is_encoded_once_and_counted_with_its_overhead() -> None:
+    bus = hub().bus("s1")
+    event = bus.publish("tool_call", tool="t", args={"a": "é"}, exec_id="e1", id=99, type="x")
+    assert event.exec_id == "e1"
+    wire = json.loads(event.wire)
+    assert wire["id"] == event.id == 1 and wire["type"] == "tool_call"
+    assert event.data == {"tool": "t", "args": {"a": "é"}, "exec_id": "e1"}
+    assert event_cost(event) == len(event.wire) + EVENT_OVERHEAD
+    assert event.wire.isascii()
+
+
+def test_small_arguments_travel_as_they_are() -> None:
+    args = {"code": "print(1)", "language": "python"}
+    assert event_args(args) is args
+    exact = {"code": "z" * (ARGS_EVENT_BYTES - len(args_bytes({"code": ""})))}
+    assert len(args_bytes(exact)) == ARGS_EVENT_BYTES and event_args(exact) is exact
+
+
+def test_large_arguments_become_their_size_and_sha256() -> None:
+    args: dict[str, Any] = {"code": "ü" * ARGS_EVENT_BYTES, "b": [1, 2.5, None]}
+    shown = event_args(args)
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False).encode()
+    assert shown == {"truncated": True, "size": len(canonical),
+                     "sha256": hashlib.sha256(canonical).hexdigest()}
+    TruncatedArgs.model_validate(shown)
+    assert len(json.dumps(shown)) < 200
+
+
+def test_metric_tool_labels_come_from_a_closed_set() -> None:
+    builtins = frozenset({"code_exec", "terminal"})
+    assert tool_label("code_exec", builtins, found=True) == "code_exec"
+    assert tool_label("my_tool", builtins, found=True) == "user_tool"
+    assert tool_label("t_abc123", builtins, found=False) == "unknown"
+    metrics = Metrics()
+    for i in range(50):
+        name = metrics.tool_label(f"random{i}", builtins, found=i % 2 == 0)
+        metrics.executions.labels(name, "not_found").inc()
+    text = metrics.render().decode()
+    series = [line for line in text.splitlines() if line.startswith("navi_executions_total{")]
+    assert len(series) == 2
