@@ -295,6 +295,8 @@ def test_preparing_the_model_is_visible(page, server: Server, tenant: Tenant) ->
     card = page.locator(".notice-card.preparing")
     card.wait_for(timeout=15_000)
     card.locator(".phase", has_text="Download").wait_for()
+    # It stands where the answer will begin; the answer's empty block waits out of sight.
+    assert page.locator(".msg.assistant").is_hidden()
     assert card.locator(".notice-message").inner_text() == "Downloading the model"
     assert card.locator(".percent").inner_text() == "42%"
     assert card.locator("progress").evaluate("p => p.value") == 42
@@ -303,11 +305,15 @@ def test_preparing_the_model_is_visible(page, server: Server, tenant: Tenant) ->
     snap(page, "model_preparing")
 
     stage["release"] = True
-    page.locator(".msg.assistant:not(.streaming) strong", has_text="hello").wait_for(
-        timeout=15_000)
+    answer = page.locator(".msg.assistant:not(.streaming) strong", has_text="hello")
+    answer.wait_for(timeout=15_000)
+    order = page.evaluate("""() => [...document.querySelectorAll('.timeline > *')]
+        .map(el => el.className.split(' ')[0])""")
+    assert order.index("notice-card") < order.index("msg")
     done = page.locator(".notice-card.ready")
     done.wait_for()
-    assert done.locator(".phase").inner_text() == "Load"
-    assert done.locator(".percent").inner_text() == "75%"
+    assert done.locator(".notice-message").inner_text() == "Loading the model"
+    assert done.locator(".phase").inner_text() == "Ready"
+    assert done.locator("progress").is_hidden()
     assert page.locator(".notice-card.preparing").count() == 0
     snap(page, "model_ready")

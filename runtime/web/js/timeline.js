@@ -297,12 +297,21 @@ export class Timeline {
       return;
     }
     const card = new NoticeCard(event, waiting);
-    this.place(card.el, ts);
+    const reply = this.reply;
+    if (waiting && reply && !reply.closed && !reply.raw && !reply.thinking) {
+      // The answer has not begun: the card goes above its (hidden) empty block.
+      card.el.dataset.ts = reply.el.dataset.ts;
+      reply.el.before(card.el);
+      reply.el.hidden = true;
+    } else {
+      this.place(card.el, ts);
+    }
     if (waiting) this.prep = card;
   }
 
   outputStarted(failed = false) {
     this.turnOutput = true;
+    if (this.reply) this.reply.el.hidden = false;
     if (this.prep) {
       this.prep.end(failed);
       this.prep = null;
@@ -340,12 +349,18 @@ class NoticeCard {
       this.percent.textContent = `${Math.round(percent)}%`;
     }
     if (/^(ready|done|finished)$/i.test(phase)) this.end(false);
+    else if (/^(failed|error)$/i.test(phase)) this.end(true);
   }
 
+  // The turn moved on: the model is ready (or the turn failed); the progress row says so.
   end(failed) {
     if (!this.el.classList.contains("preparing")) return;
     this.el.classList.remove("preparing");
     this.el.classList.add(failed ? "failed" : "ready");
+    this.phase.hidden = false;
+    this.phase.textContent = failed ? "Failed" : "Ready";
+    this.bar.hidden = true;
+    this.percent.hidden = true;
   }
 }
 
