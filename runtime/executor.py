@@ -208,7 +208,7 @@ class Executor:
         fails, the log keeps the decision (as with an intent whose container never ran).
 
         ``subject.tenant`` is the tenant whose state changes (for a token: the token's
-        tenant; for a new tenant: the creating admin's), ``subject.user`` the acting token
+        tenant; for ``tenant.create``: the new tenant's id), ``subject.user`` the acting token
         id, ``subject.session`` the session concerned (``"none"`` outside one). ``obj`` is
         what is touched: a path, a token id, a session id, a tool name (pass its content
         hash as ``tool_hash``), an approval id. ``detail`` is a short free-text note (the

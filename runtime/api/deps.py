@@ -64,11 +64,35 @@ def require(*roles: Role):  # noqa: ANN201 - returns a dependency
     return Depends(dependency)
 
 
-# Who may do what. `admin` manages tenants, tokens and policies and may also work in its own
-# tenant; `user` works with sessions; `auditor` only reads the audit and metrics.
-SessionUser = Annotated[Principal, require("user", "admin")]
-AuditReader = Annotated[Principal, require("auditor", "admin")]
+# Who may do what. `admin` is the server operator (its tokens exist only in the operator
+# tenant): tenants, any tenant's tokens and audit, policies, metrics, and work in its own
+# tenant. `tenant_admin` manages its own tenant only (tokens, sessions, audit): another
+# tenant's resources are 404 to it. `user` works with sessions; `auditor` only reads the
+# audit (and metrics).
+SESSION_ROLES: tuple[Role, ...] = ("user", "tenant_admin", "admin")
+SessionUser = Annotated[Principal, require(*SESSION_ROLES)]
+AuditReader = Annotated[Principal, require("auditor", "tenant_admin", "admin")]
+TenantManager = Annotated[Principal, require("tenant_admin", "admin")]
 Admin = Annotated[Principal, require("admin")]
+
+
+def check_manages(services: Services, principal: Principal, tenant_id: str) -> str:
+    """The tenant a manager may act on: an admin any, a tenant_admin only its own (another
+    tenant is a plain 404). The policy's `roles.<role>.manage` must allow it (403 naming the
+    rule). Returns the rule that decided, for the audit."""
+    if principal.role != "admin" and tenant_id != principal.tenant_id:
+        raise NotFound("no such tenant")
+    rule = f"roles.{principal.role}.manage"
+    if not services.policy.permits(principal.role, "manage"):
+        raise Forbidden(f"the policy does not let role {principal.role!r} manage tenants "
+                        f"({rule})")
+    return rule
+
+
+def actor(principal: Principal, tenant_id: str, session: str = "none") -> Subject:
+    """The subject of a state change the caller makes in `tenant_id` (for the audit)."""
+    return Subject(tenant=tenant_id, role=principal.role, user=principal.token_id,
+                   session=session)
 
 
 async def owned_session(services: Services, principal: Principal, session_id: str) -> SessionRecord:

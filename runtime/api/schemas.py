@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from runtime.store import MAX_EXPIRES_IN_S
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -79,15 +81,34 @@ class TenantOut(BaseModel):
 
 
 class TokenCreate(StrictBody):
-    role: Literal["admin", "user", "auditor"]
-    label: str | None = Field(None, max_length=100)
+    role: Literal["admin", "tenant_admin", "user", "auditor"]
+    name: str | None = Field(None, max_length=100, validation_alias=AliasChoices("name", "label"),
+                             description="a note on what the token is for")
+    expires_in_s: int | None = Field(
+        None, ge=1, le=MAX_EXPIRES_IN_S, description="seconds until it stops working")
 
 
 class TokenOut(BaseModel):
+    """A new token: the plaintext is in this answer only."""
+
+    id: str
     token: str
     role: str
-    id: str | None = None
-    tenant: str | None = None
+    name: str | None = None
+    expires_at: float | None = Field(None, description="Unix time; null: never")
+    tenant: str
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: never the plaintext."""
+
+    id: str
+    tenant: str
+    role: str
+    name: str | None = None
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
 
 
 class VerifyOut(BaseModel):

@@ -83,7 +83,9 @@ class Services:
                 args=action.args, rule=decision.rule, reason=decision.reason,
                 announce=lambda a: bus.publish("approval_required", **a.public(),
                                                approval_id=a.id),
-                timeout_s=self.settings.approval_timeout_s,
+                timeout_s=self.settings.approval_timeout_s, tool_hash=action.tool_hash,
+                requested_by=subject.user, approvers=tuple(decision.approvers) or None,
+                self_approve=decision.self_approve,
             )
             return Granted(approval.status == "approved",
                            approval.decided_by or f"system:{approval.status}")

@@ -142,8 +142,9 @@ def exec_command(
         overrides["policy"] = policy
     settings = Settings(**overrides)
     configure_logging(settings.log_format, "warning")
-    if role not in ("user", "admin", "auditor"):
-        raise typer.BadParameter("must be user, admin or auditor", param_hint="--role")
+    if role not in ("user", "tenant_admin", "admin", "auditor"):
+        raise typer.BadParameter("must be user, tenant_admin, admin or auditor",
+                                 param_hint="--role")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     if workspace is not None:

@@ -78,8 +78,9 @@ def explain(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Print the verdict, the rule that decides, the reason and the effective limits."""
-    if role not in ("user", "admin", "auditor"):
-        raise typer.BadParameter("must be user, admin or auditor", param_hint="--role")
+    if role not in ("user", "tenant_admin", "admin", "auditor"):
+        raise typer.BadParameter("must be user, tenant_admin, admin or auditor",
+                                 param_hint="--role")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     engine = _load(policy or Settings().policy)

@@ -2,7 +2,12 @@
 
 `create` makes the tenant when it does not exist (and says so), then prints the token exactly
 once: alone on stdout (so ``TOKEN=$(navi tokens create ...)`` works) or, with ``--json``, as
-one JSON object. Only its SHA-256 digest is stored.
+one JSON object (the API's fields: id, token, role, name, expires_at, plus the tenant). Only
+its SHA-256 digest is stored. Roles follow the API: ``admin`` only in the operator tenant
+(the first admin token's), ``tenant_admin`` for a tenant's own manager.
+
+Like the API, each create and revoke is audited (``token.create``/``token.revoke``, user
+``cli``) before it takes effect; when the audit log cannot be written nothing changes.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from typing import Annotated, Any, cast
 
 import typer
 
+from runtime.audit import AuditEntry, AuditLog, StateChange
 from runtime.config import Settings
-from runtime.errors import NaviError, NotFound
+from runtime.errors import Forbidden, NaviError, NotFound
 from runtime.logging import configure_logging
-from runtime.store import ROLES, Role, Store, Tenant, is_tenant_id
+from runtime.store import MAX_EXPIRES_IN_S, ROLES, Role, Store, Tenant, is_tenant_id, tokens
+from runtime.store.ids import new_tenant_id, new_token_id
+from runtime.store.store import check_tenant_name
 
 app = typer.Typer(help="Create, list and revoke API tokens.", no_args_is_help=True)
 
@@ -42,6 +50,15 @@ def _run(coro: Any) -> Any:
         raise typer.Exit(2) from None
 
 
+async def _audit(database: Path, tenant_id: str, action: StateChange, obj: str,
+                 detail: str) -> None:
+    """Record the change in the data dir's audit log first (fail closed, like the API)."""
+    async with AuditLog(database.parent) as audit:
+        await audit.append(AuditEntry(
+            kind="action", action=action, object=obj, tenant=tenant_id, user="cli",
+            session="none", decision="allow", rule="cli.tokens", detail=detail))
+
+
 async def _find_tenant(store: Store, tenant: str) -> Tenant | None:
     if is_tenant_id(tenant):
         found = await store.get_tenant(tenant)
@@ -55,7 +72,11 @@ def create(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant name (or id); created if new.")],
     role: Annotated[str, typer.Option("--role", help=f"One of: {', '.join(ROLES)}.")],
     data_dir: DataDirOpt = None,
-    label: Annotated[str | None, typer.Option("--label", help="Free-text note.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "--label",
+                                             help="What the token is for (free text).")] = None,
+    expires_in: Annotated[int | None, typer.Option(
+        "--expires-in", min=1, max=MAX_EXPIRES_IN_S,
+        help="Seconds until the token stops working (default: never).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a token for TENANT with ROLE and print it once."""
@@ -68,11 +89,24 @@ def create(
         async with await Store.open(path) as store:
             found = await _find_tenant(store, tenant)
             created = found is None
-            target = found or await store.create_tenant(tenant)
-            plaintext, record = await store.create_token(target.id, cast(Role, role), label)
+            if role == "admin" and await store.operator_tenant() not in (
+                    None, found.id if found else None):
+                raise Forbidden("role admin exists only in the operator tenant; use "
+                                "tenant_admin to manage this tenant")
+            if found is None:
+                check_tenant_name(tenant)
+                tenant_id = new_tenant_id()
+                await _audit(path, tenant_id, "tenant.create", tenant_id, f"name: {tenant}")
+                found = await store.create_tenant(tenant, tenant_id=tenant_id)
+            target = found
+            expires_at = tokens.now() + expires_in if expires_in is not None else None
+            token_id = new_token_id()
+            await _audit(path, target.id, "token.create", token_id, f"role: {role}")
+            plaintext, record = await store.create_token(
+                target.id, cast(Role, role), name, expires_at=expires_at, token_id=token_id)
             return {"token": plaintext, "id": record.id, "role": record.role,
-                    "tenant_id": target.id, "tenant": target.name, "label": record.label,
-                    "tenant_created": created}
+                    "name": record.name, "expires_at": record.expires_at,
+                    "tenant_id": target.id, "tenant": target.name, "tenant_created": created}
 
     out = _run(go())
     if as_json:
@@ -106,8 +140,10 @@ def list_tokens(
         typer.echo(json.dumps(rows))
         return
     for r in rows:
-        state = "revoked" if r["revoked_at"] is not None else "live"
-        typer.echo(f"{r['id']}  {r['role']:<7}  {state:<7}  {r['label'] or ''}")
+        state = "revoked" if r["revoked_at"] is not None else (
+            "expired" if r["expires_at"] is not None and r["expires_at"] <= tokens.now()
+            else "live")
+        typer.echo(f"{r['id']}  {r['role']:<12}  {state:<7}  {r['name'] or ''}")
 
 
 @app.command("revoke")
@@ -120,6 +156,11 @@ def revoke(
 
     async def go() -> bool:
         async with await Store.open(path) as store:
+            record = await store.get_token(token_id)
+            if record is None or record.revoked_at is not None:
+                return False
+            await _audit(path, record.tenant_id, "token.revoke", token_id,
+                         f"role: {record.role}")
             return await store.revoke_token(token_id)
 
     if not _run(go()):

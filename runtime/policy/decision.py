@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.sandbox.models import Limits
 
-Role = Literal["admin", "user", "auditor"]
+Role = Literal["admin", "tenant_admin", "user", "auditor"]
 Verdict = Literal["allow", "deny", "ask"]
 
 
@@ -60,6 +60,10 @@ class Decision(BaseModel):
     image: str | None = None
     network: Literal["none"] | str = "none"
     egress_allowlist: list[str] = Field(default_factory=list)
+    approvers: list[Role] = Field(
+        default_factory=list, description="ask: the roles that may answer (policy `approvals`)")
+    self_approve: bool = Field(
+        False, description="ask: whether the token that asked may answer its own request")
 
     @property
     def allowed(self) -> bool:

@@ -39,6 +39,7 @@ from runtime.policy.model import (
     TOOL_NAME,
     USER_TOOLS_GROUP,
     ApprovalRule,
+    Approvers,
     LimitsSpec,
     PolicyFile,
     Quotas,
@@ -200,8 +201,11 @@ class PolicyEngine:
         for prefix, rules in approvals:
             for i, rule in enumerate(rules):
                 if _match(rule.tools, tool, group) and _triggers(rule, action):
+                    approvers, self_ok = _answerers(self.policy.approvals, rule,
+                                                    narrow=prefix.startswith("overlays."))
                     return Decision(verdict="ask", rule=f"{prefix}.approvals[{i}]",
-                                    reason=_ask_reason(rule, tool), **common)
+                                    reason=_ask_reason(rule, tool), approvers=approvers,
+                                    self_approve=self_ok, **common)
         return Decision(verdict="allow", rule=f"{ppath}.allow[{allowed_by}]",
                         reason=f"{tool!r} is allowed by profile {subject.profile!r}", **common)
 
@@ -247,6 +251,17 @@ def _triggers(rule: ApprovalRule, action: Action) -> bool:
         return action.first_use
     # hash_change: no hash, or not the hash this tenant approved last -> ask (fail closed)
     return action.tool_hash is None or action.tool_hash != action.approved_hash
+
+
+def _answerers(default: Approvers, rule: ApprovalRule, narrow: bool) -> tuple[list[Role], bool]:
+    """Who may answer an ask of `rule`: the rule's own say, else the policy's `approvals`.
+    A tenant's own overlay (`narrow`) can only narrow the policy's."""
+    approvers = default.approvers if rule.approvers is None else rule.approvers
+    self_ok = default.self_approve if rule.self_approve is None else rule.self_approve
+    if narrow:
+        approvers = [r for r in approvers if r in default.approvers]
+        self_ok = self_ok and default.self_approve
+    return approvers, self_ok
 
 
 def _ask_reason(rule: ApprovalRule, tool: str) -> str:

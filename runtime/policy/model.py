@@ -12,6 +12,7 @@ Structure (every key optional unless noted)::
     images: {code_exec: python, "group:cad": openscad, ...}
     network: {egress_allowlist: [pypi.org]}
     roles: {user: {run_tools: true}, auditor: {read_audit: true}, admin: {...}}
+    approvals: {approvers: [user, tenant_admin, admin], self_approve: true}  # who answers asks
     profiles: {NAME: {roles, allow, deny, approvals, limits, tools: {TOOL: {...}}}}
     tenants: {NAME | "*": {profiles, default_profile, quotas, allow, deny, approvals,
                             limits, egress}}
@@ -150,11 +151,23 @@ class ToolRule(Strict):
 class ApprovalRule(Strict):
     tools: list[ToolRef] = Field(min_length=1)
     when: ApprovalWhen
+    approvers: list[Role] | None = Field(None, description="default: policy `approvals`")
+    self_approve: bool | None = Field(None, description="default: policy `approvals`")
+
+
+class Approvers(Strict):
+    """Who answers an `ask` (a rule may say otherwise): tokens of these roles in the asking
+    tenant; the token that asked only when `self_approve`."""
+
+    approvers: list[Role] = Field(
+        default_factory=lambda: list[Role](["user", "tenant_admin", "admin"]), min_length=1)
+    self_approve: bool = True
 
 
 class Profile(Strict):
     description: str = ""
-    roles: list[Role] = Field(default_factory=lambda: list[Role](["user", "admin"]))
+    roles: list[Role] = Field(
+        default_factory=lambda: list[Role](["user", "tenant_admin", "admin"]))
     allow: list[ToolRef] = Field(default_factory=list)
     deny: list[ToolRef] = Field(default_factory=list)
     approvals: list[ApprovalRule] = Field(default_factory=list)
@@ -195,6 +208,7 @@ def _default_roles() -> dict[Role, RoleRule]:
     return {
         "user": RoleRule(run_tools=True),
         "auditor": RoleRule(read_audit=True),
+        "tenant_admin": RoleRule(run_tools=True, read_audit=True, manage=True),
         "admin": RoleRule(run_tools=True, read_audit=True, manage=True),
     }
 
@@ -219,6 +233,7 @@ class PolicyFile(Strict):
     images: dict[ToolRef, ImageName] = Field(default_factory=_default_images)
     network: Network = Network()
     roles: dict[Role, RoleRule] = Field(default_factory=_default_roles)
+    approvals: Approvers = Approvers()
     profiles: dict[str, Profile] = Field(default_factory=dict)
     tenants: dict[str, TenantRule] = Field(default_factory=dict)
 

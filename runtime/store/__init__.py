@@ -10,10 +10,12 @@ Public API (all coroutines unless noted)::
     await store.get_tenant_by_name(name) -> Tenant | None
     await store.list_tenants() -> list[Tenant]
 
-    await store.create_token(tenant_id, role, label=None) -> (plaintext, TokenRecord)
-    await store.authenticate(plaintext) -> TokenRecord | None   # None: unknown or revoked
+    await store.create_token(tenant_id, role, name=None, *, expires_at=None, token_id=None)
+        -> (plaintext, TokenRecord)          # Forbidden: admin outside the operator tenant
+    await store.authenticate(plaintext) -> TokenRecord | None   # None: unknown/revoked/expired
     await store.revoke_token(token_id, tenant_id=None) -> bool
-    await store.get_token(token_id) / list_tokens(tenant_id)
+    await store.get_token(token_id, tenant_id=None) / list_tokens(tenant_id)
+    await store.operator_tenant() -> str | None  # the first admin token's tenant
     await store.ensure_bootstrap_admin(plaintext) -> TokenRecord  # NAVI_ADMIN_TOKEN
 
     await store.create_session(tenant_id, profile, title=None) -> SessionRecord
@@ -21,7 +23,7 @@ Public API (all coroutines unless noted)::
     await store.list_sessions(tenant_id) -> list[SessionRecord]
     await store.delete_session(tenant_id, session_id) -> bool
 
-Errors: ``InvalidInput`` (bad name/role/label/profile), ``Conflict`` (duplicate tenant name),
+Errors: ``InvalidInput`` (bad name/role/token name/profile), ``Conflict`` (duplicate tenant name),
 ``NotFound`` (unknown tenant on create_token/create_session), ``ConfigError`` (bad bootstrap
 token, database newer than the code). Malformed ids are never an error on lookups: they are
 simply not found. Ids: ``t_``/``s_``/``k_`` + 16 hex (``runtime.store.ids``).
@@ -37,10 +39,12 @@ from runtime.store.ids import (
 )
 from runtime.store.migrations import MIGRATIONS, Migration
 from runtime.store.models import ROLES, Role, SessionRecord, Tenant, TokenRecord
-from runtime.store.store import ADMIN_TENANT, Store, hash_token
+from runtime.store.store import ADMIN_TENANT, Store
+from runtime.store.tokens import MAX_EXPIRES_IN_S, hash_token
 
 __all__ = [
     "ADMIN_TENANT",
+    "MAX_EXPIRES_IN_S",
     "MIGRATIONS",
     "Migration",
     "ROLES",

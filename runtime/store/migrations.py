@@ -5,7 +5,7 @@ Each migration runs once, inside one ``BEGIN IMMEDIATE`` transaction together wi
 opening the same file (``navi serve`` and ``navi tokens create``) cannot both apply it.
 
 To change the schema, APPEND a ``Migration`` with the next number; never edit or renumber one
-that has shipped. Version 2 holds the agent's ``messages``.
+that has shipped. Version 2 holds the agent's ``messages``; 4 rebuilds ``tokens``.
 """
 
 from __future__ import annotations
@@ -85,6 +85,39 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             "ALTER TABLE tenants ADD COLUMN sandbox_uid INTEGER",
             "CREATE UNIQUE INDEX tenants_by_sandbox_uid ON tenants(sandbox_uid)",
+        ),
+    ),
+    Migration(
+        4,
+        "tokens: role tenant_admin, name, expires_at",  # runtime.store.tokens
+        # SQLite cannot alter a CHECK: build the new table, copy the rows, swap. `label`
+        # becomes `name`. An admin token outside the operator tenant (the first admin
+        # token's; older versions let an admin mint admins anywhere) becomes tenant_admin.
+        (
+            """CREATE TABLE tokens_v4 (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                role TEXT NOT NULL
+                    CHECK (role IN ('admin', 'tenant_admin', 'user', 'auditor')),
+                name TEXT,
+                token_hash TEXT NOT NULL UNIQUE,
+                created_at REAL NOT NULL,
+                expires_at REAL,
+                revoked_at REAL,
+                bootstrap INTEGER NOT NULL DEFAULT 0
+            )""",
+            """INSERT INTO tokens_v4 (id, tenant_id, role, name, token_hash, created_at,
+                                     expires_at, revoked_at, bootstrap)
+            SELECT id, tenant_id,
+                   CASE WHEN role = 'admin' AND tenant_id IS NOT (
+                       SELECT tenant_id FROM tokens WHERE role = 'admin'
+                       ORDER BY created_at, rowid LIMIT 1)
+                   THEN 'tenant_admin' ELSE role END,
+                   label, token_hash, created_at, NULL, revoked_at, bootstrap
+            FROM tokens ORDER BY rowid""",
+            "DROP TABLE tokens",
+            "ALTER TABLE tokens_v4 RENAME TO tokens",
+            "CREATE INDEX tokens_by_tenant ON tokens(tenant_id)",
         ),
     ),
 )

@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.store.ids import SESSION_ID_PATTERN, TENANT_ID_PATTERN, TOKEN_ID_PATTERN
 
-Role = Literal["admin", "user", "auditor"]
-ROLES: tuple[Role, ...] = ("admin", "user", "auditor")
+# admin: the server operator (operator tenant only); tenant_admin: manages its own tenant.
+Role = Literal["admin", "tenant_admin", "user", "auditor"]
+ROLES: tuple[Role, ...] = ("admin", "tenant_admin", "user", "auditor")
 
 # Same shape as the API's NAME_PATTERN: letters, digits, '_', '.', '-'; starts alphanumeric.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -35,8 +36,9 @@ class TokenRecord(_Record):
     id: str = Field(pattern=TOKEN_ID_PATTERN)
     tenant_id: str = Field(pattern=TENANT_ID_PATTERN)
     role: Role
-    label: str | None = Field(None, max_length=LABEL_MAX)
+    name: str | None = Field(None, max_length=LABEL_MAX)
     created_at: float = Field(description="Unix time, seconds")
+    expires_at: float | None = Field(None, description="Unix time; None: never expires")
     revoked_at: float | None = None
 
 

@@ -1,7 +1,7 @@
 """The runtime's database: tenants, bearer tokens and sessions in one SQLite file (WAL).
 
-Tokens are kept only as SHA-256 digests; the plaintext (``navi_`` + 43 url-safe characters)
-exists once, in the return value of ``create_token``. Every session query is scoped by tenant:
+Tokens (``runtime.store.tokens``) are kept only as SHA-256 digests; the plaintext exists
+once, in the return value of ``create_token``. Every session query is scoped by tenant:
 another tenant's session is indistinguishable from one that does not exist.
 
 One ``aiosqlite`` connection in autocommit mode; multi-statement changes use explicit
@@ -11,12 +11,9 @@ memory) that add their own migrations and queries.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 import pwd
 import re
-import secrets
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -31,15 +28,13 @@ from runtime.logging import get_logger
 from runtime.store import ids
 from runtime.store.migrations import apply_migrations
 from runtime.store.models import (
-    LABEL_MAX,
     NAME_PATTERN,
-    ROLES,
     TITLE_MAX,
-    Role,
     SessionRecord,
     Tenant,
     TokenRecord,
 )
+from runtime.store.tokens import TOKEN_MAX_CHARS, TokenMethods, hash_token
 
 log = get_logger(__name__)
 
@@ -52,23 +47,12 @@ def host_has_uid(uid: int) -> bool:
         return False
     return True
 
-TOKEN_PLAINTEXT_PREFIX = "navi_"
-TOKEN_MAX_CHARS = 256
 BOOTSTRAP_MIN_CHARS = 16
 ADMIN_TENANT = "admin"
 _NAME_RE = re.compile(NAME_PATTERN.replace("$", r"\Z"))
 
 
-def hash_token(plaintext: str) -> str:
-    """SHA-256 hex digest of a bearer token (tokens carry 256 random bits: no salt needed)."""
-    return hashlib.sha256(plaintext.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def new_token_plaintext() -> str:
-    return TOKEN_PLAINTEXT_PREFIX + secrets.token_urlsafe(32)
-
-
-def _check_name(name: object) -> str:
+def check_tenant_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InvalidInput(
             "tenant name must be 1-64 characters: letters, digits, '_', '.', '-', "
@@ -77,21 +61,7 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _check_role(role: object) -> Role:
-    if role not in ROLES:
-        raise InvalidInput(f"role must be one of {', '.join(ROLES)}")
-    return role  # type: ignore[return-value]
-
-
-def _check_label(label: object) -> str | None:
-    if label is None:
-        return None
-    if not isinstance(label, str) or len(label) > LABEL_MAX or not label.isprintable():
-        raise InvalidInput(f"label must be printable text of at most {LABEL_MAX} characters")
-    return label
-
-
-class Store:
+class Store(TokenMethods):
     """Async access to ``navi.sqlite3``. Open with ``await Store.open(path)``; ``await close()``."""
 
     def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
@@ -161,9 +131,11 @@ class Store:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    async def create_tenant(self, name: str) -> Tenant:
-        """New tenant; ``Conflict`` if the name (case-insensitive) is taken."""
-        tenant = Tenant(id=ids.new_tenant_id(), name=_check_name(name), created_at=time.time())
+    async def create_tenant(self, name: str, tenant_id: str | None = None) -> Tenant:
+        """New tenant (its id may be chosen beforehand, for the audit); ``Conflict`` if the
+        name (case-insensitive) is taken."""
+        tenant = Tenant(id=tenant_id or ids.new_tenant_id(), name=check_tenant_name(name),
+                        created_at=time.time())
         try:
             await self._db.execute(
                 "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
@@ -216,91 +188,11 @@ class Store:
             return int(row["sandbox_uid"])
         raise Conflict("could not give the tenant a sandbox uid")
 
-    # -- tokens ------------------------------------------------------------------------------
-
-    async def create_token(
-        self, tenant_id: str, role: Role, label: str | None = None
-    ) -> tuple[str, TokenRecord]:
-        """A new bearer token for ``tenant_id``: ``(plaintext, record)``; only the hash is kept."""
-        _check_role(role)
-        if await self.get_tenant(tenant_id) is None:
-            raise NotFound("no such tenant")
-        plaintext = new_token_plaintext()
-        record = await self._insert_token(tenant_id, role, _check_label(label), plaintext)
-        return plaintext, record
-
-    async def _insert_token(
-        self, tenant_id: str, role: Role, label: str | None, plaintext: str,
-        *, bootstrap: bool = False,
-    ) -> TokenRecord:
-        record = TokenRecord(id=ids.new_token_id(), tenant_id=tenant_id, role=role, label=label,
-                             created_at=time.time())
-        await self._db.execute(
-            "INSERT INTO tokens (id, tenant_id, role, label, token_hash, created_at, bootstrap) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (record.id, tenant_id, role, label, hash_token(plaintext), record.created_at,
-             int(bootstrap)),
-        )
-        log.info("token_created", tenant=tenant_id, token_id=record.id, role=role)
-        return record
-
-    async def authenticate(self, plaintext: str | None) -> TokenRecord | None:
-        """The live token record whose hash matches ``plaintext``, or ``None``.
-
-        The lookup is by digest (an attacker cannot steer the comparison byte by byte: the
-        digest of their guess is unrelated to the stored one), and the final equality check is
-        ``hmac.compare_digest`` anyway.
-        """
-        if not isinstance(plaintext, str) or not 0 < len(plaintext) <= TOKEN_MAX_CHARS:
-            return None
-        digest = hash_token(plaintext)
-        row = await self._one(
-            "SELECT id, tenant_id, role, label, token_hash, created_at, revoked_at "
-            "FROM tokens WHERE token_hash = ?",
-            (digest,),
-        )
-        if row is None or not hmac.compare_digest(row["token_hash"], digest):
-            return None
-        if row["revoked_at"] is not None:
-            return None
-        fields = dict(row)
-        del fields["token_hash"]
-        return TokenRecord(**fields)
-
-    async def get_token(self, token_id: str) -> TokenRecord | None:
-        if not ids.is_token_id(token_id):
-            return None
-        row = await self._one(
-            "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens WHERE id = ?",
-            (token_id,),
-        )
-        return TokenRecord(**dict(row)) if row else None
-
-    async def list_tokens(self, tenant_id: str) -> list[TokenRecord]:
-        rows = await self._all(
-            "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens "
-            "WHERE tenant_id = ? ORDER BY created_at",
-            (tenant_id,),
-        )
-        return [TokenRecord(**dict(r)) for r in rows]
-
-    async def revoke_token(self, token_id: str, tenant_id: str | None = None) -> bool:
-        """Revoke a token (scoped to ``tenant_id`` when given). ``True`` if it was live."""
-        if not ids.is_token_id(token_id):
-            return False
-        sql = "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-        params: tuple[Any, ...] = (time.time(), token_id)
-        if tenant_id is not None:
-            sql += " AND tenant_id = ?"
-            params += (tenant_id,)
-        async with self._db.execute(sql, params) as cur:
-            changed = cur.rowcount > 0
-        if changed:
-            log.info("token_revoked", token_id=token_id)
-        return changed
+    # -- tokens (runtime.store.tokens) -------------------------------------------------------
 
     async def ensure_bootstrap_admin(self, plaintext: str) -> TokenRecord:
-        """Idempotently: tenant ``admin`` plus an admin token whose hash is that of ``plaintext``.
+        """Idempotently: an admin token whose hash is that of ``plaintext``, in the operator
+        tenant (the tenant of the first admin token; tenant ``admin``, made here, if none).
 
         A token already stored with that hash is returned as it is; if it was revoked it stays
         revoked (revocation wins over the environment), which is logged. A new bootstrap token
@@ -314,8 +206,8 @@ class Store:
             )
         async with self.transaction() as db:
             async with db.execute(
-                "SELECT id, tenant_id, role, label, created_at, revoked_at FROM tokens "
-                "WHERE token_hash = ?",
+                "SELECT id, tenant_id, role, name, created_at, expires_at, revoked_at "
+                "FROM tokens WHERE token_hash = ?",
                 (hash_token(plaintext),),
             ) as cur:
                 row = await cur.fetchone()
@@ -324,9 +216,12 @@ class Store:
                 if record.revoked_at is not None:
                     log.warning("bootstrap_token_revoked", token_id=record.id)
                 return record
+            operator = await self.operator_tenant()
             async with db.execute("SELECT id FROM tenants WHERE name = ?", (ADMIN_TENANT,)) as c:
                 tenant_row = await c.fetchone()
-            if tenant_row is None:
+            if operator is not None:
+                tenant_id = operator
+            elif tenant_row is None:
                 tenant_id = ids.new_tenant_id()
                 await db.execute(
                     "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",

@@ -67,7 +67,8 @@ def test_explain_allow_prints_limits() -> None:
 def test_explain_json_and_profile_role() -> None:
     result = runner.invoke(app, ["policy", "explain", "--policy",
                                  str(ROOT / "policies" / "default.yaml"), "--tool", "terminal",
-                                 "--profile", "server_admin", "--role", "admin", "--json"])
+                                 "--tenant", "admin", "--profile", "server_admin",
+                                 "--role", "admin", "--json"])
     body = json.loads(result.output)
     assert body["decision"]["verdict"] == "allow"
     assert body["decision"]["limits"]["timeout_s"] == 120

@@ -77,11 +77,16 @@ def test_roles() -> None:
     assert (d.verdict, d.rule) == ("deny", "roles.auditor.run_tools")
     assert eng.permits("auditor", "read_audit") and not eng.permits("auditor", "run_tools")
     assert eng.permits("admin", "manage") and not eng.permits("user", "manage")
-    # server_admin is for admin tokens only
-    d = decide(eng, "terminal", profile="server_admin")
+    # server_admin is for admin tokens only, and only the operator tenant is offered it
+    d = decide(eng, "terminal", tenant="admin", profile="server_admin")
+    assert (d.verdict, d.rule) == ("deny", "profiles.server_admin.roles")
+    d = decide(eng, "terminal", tenant="admin", profile="server_admin", role="tenant_admin")
     assert (d.verdict, d.rule) == ("deny", "profiles.server_admin.roles")
     d = decide(eng, "terminal", profile="server_admin", role="admin")
+    assert (d.verdict, d.rule) == ("deny", "tenants.*.profiles")
+    d = decide(eng, "terminal", tenant="admin", profile="server_admin", role="admin")
     assert d.verdict == "allow" and d.limits.timeout_s == 120 and d.limits.memory_mb == 1024
+    assert decide(eng, "terminal", role="tenant_admin").verdict == "allow"
 
 
 def test_secretary_runs_no_code() -> None:

@@ -39,7 +39,7 @@ async def test_token_plaintext_never_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "navi.sqlite3"
     async with await Store.open(path) as s:
         tenant = await s.create_tenant("acme")
-        plaintext, record = await s.create_token(tenant.id, "user", label="ci")
+        plaintext, record = await s.create_token(tenant.id, "user", name="ci")
         assert plaintext.startswith("navi_") and len(plaintext) >= 45
         assert record.tenant_id == tenant.id and record.role == "user"
         assert "hash" not in record.model_dump()

@@ -36,7 +36,7 @@ def test_create_makes_tenant_and_prints_token_once(tmp_path: Path) -> None:
     assert token.startswith("navi_") and "\n" not in token
     assert "created tenant acme" in result.stderr
     record = _authenticate(tmp_path, token)
-    assert record is not None and record.role == "user" and record.label == "ci"
+    assert record is not None and record.role == "user" and record.name == "ci"
     assert token.encode() not in (tmp_path / "navi.sqlite3").read_bytes()
 
     again = _invoke("create", "--tenant", "acme", "--role", "auditor", "--data-dir",

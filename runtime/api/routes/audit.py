@@ -1,5 +1,5 @@
-"""Reading the audit log (auditor/admin, scoped to the caller's tenant; an admin may name
-another with `?tenant=`) and verifying it."""
+"""Reading the audit log (auditor/tenant_admin/admin, scoped to the caller's tenant; the
+operator admin may name another with `?tenant=`) and verifying it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from runtime.api.deps import AuditReader, get_services
 from runtime.api.schemas import VerifyOut
 from runtime.audit.verify import verify_store
-from runtime.errors import Forbidden, InvalidInput
+from runtime.errors import Forbidden, InvalidInput, NotFound
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -45,7 +45,9 @@ async def list_audit(
     tenant: str | None = Query(None, max_length=64,
                                description="admin only: another tenant's records"),
 ) -> list[dict[str, Any]]:
-    if tenant is not None and principal.role != "admin":
+    if tenant is not None and tenant != principal.tenant_id and principal.role != "admin":
+        if principal.role == "tenant_admin":  # it manages its own tenant; others are unknown
+            raise NotFound("no such tenant")
         raise Forbidden("only an admin may read another tenant's audit")
     records = await get_services(request).audit.records(
         tenant=tenant or principal.tenant_id, session=session, tool=tool, exec_id=exec_id,
