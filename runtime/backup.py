@@ -87,7 +87,8 @@ class BackupManifest(BaseModel):
     format: Literal["navi-backup-1"] = "navi-backup-1"
     created_at: str
     source: str
-    seconds: float
+    seconds: float  # in all
+    verify_seconds: float  # of which: `verify_store` on the copy
     files: list[BackupFile]
     audit: AuditCopy | None
     store: dict[str, int]
@@ -142,10 +143,12 @@ def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
             if (work / CHECKPOINT_NAME).exists():
                 files.append(_entry(work, CHECKPOINT_NAME, "checkpoint"))
         files += _copy_secrets(data_dir, work)
+        verify_started = time.monotonic()
         report = verify_store(work) if audit is not None else None
         manifest = BackupManifest(
             created_at=datetime.now(UTC).isoformat(timespec="seconds"), source=str(data_dir),
-            seconds=round(time.monotonic() - started, 3), files=files, audit=audit,
+            seconds=round(time.monotonic() - started, 3),
+            verify_seconds=round(time.monotonic() - verify_started, 3), files=files, audit=audit,
             store=_store_summary(work / STORE_DB),
             verified=Verified(ok=report.ok, records=report.records,
                               first_bad_seq=report.first_bad_seq, reason=report.reason)

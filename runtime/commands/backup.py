@@ -68,7 +68,8 @@ def backup(
     else:
         typer.echo(f"backup of {_escape(str(source))} into {_escape(str(directory))}: "
                    f"{len(manifest.files)} files, {manifest.total_bytes:,} bytes, "
-                   f"{manifest.seconds:.2f} s")
+                   f"{manifest.seconds:.2f} s (verifying the copy: "
+                   f"{manifest.verify_seconds:.2f} s)")
         _files(manifest.files)
         if manifest.audit is not None:
             a = manifest.audit
