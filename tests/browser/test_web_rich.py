@@ -240,6 +240,7 @@ def test_long_output_is_collapsible(page, server: Server, tenant: Tenant) -> Non
     sizes = output.evaluate("el => [el.clientHeight, el.scrollHeight, el.scrollTop]")
     assert sizes[0] < sizes[1] / 4  # collapsed to a few lines ...
     assert sizes[2] + sizes[0] >= sizes[1] - 2  # ... showing the end
+    toggle.scroll_into_view_if_needed()
     snap(page, "long_output_collapsed")
 
     toggle.click()

@@ -35,6 +35,7 @@ class App {
     this.views = new Map(); // session id -> {timeline, stream, lastEventId, session}
     this.active = null;
     this.pollTimer = null;
+    this.replaceUrlOnce = false; // the next opened session replaces the URL (no new entry)
     $("#signin-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
       this.signIn($("#token-input").value.trim());
@@ -50,11 +51,13 @@ class App {
     window.addEventListener("hashchange", () => this.followUrl());
   }
 
-  followUrl() {
+  async followUrl() {
     const id = sessionInUrl();
     if (!id || !this.sessions || !this.api) return;
     if (this.active && this.active.session.id === id) return;
-    if (this.sessions.sessions.some((s) => s.id === id)) {
+    const known = () => this.sessions.sessions.some((s) => s.id === id);
+    if (!known()) await this.sessions.refresh(); // made in another tab since?
+    if (known()) {
       this.sessions.select(id);
     } else {
       toast("That session does not exist (or is not yours).", "error");
