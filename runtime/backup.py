@@ -200,7 +200,8 @@ def _copy_tree(src: Path, dst: Path, root: Path) -> list[BackupFile]:
     for entry in sorted(os.scandir(src), key=lambda e: e.name):
         if entry.is_dir(follow_symlinks=False):
             files += _copy_tree(Path(entry.path), dst / entry.name, root)
-        elif entry.is_file(follow_symlinks=False):
+        elif entry.is_file(follow_symlinks=False) and not (
+                entry.name.startswith(".") and ".tmp-" in entry.name):  # a write in flight
             mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) & 0o755
             _copy_file(Path(entry.path), dst / entry.name, mode)
             files.append(_entry(root, (dst / entry.name).relative_to(root).as_posix(), "copy"))

@@ -91,6 +91,10 @@ def test_backup_while_executions_run_then_restore_and_serve(tmp_path: Path) -> N
     try:
         with server2.client(token) as client:
             assert session in [s["id"] for s in client.get("/v1/sessions").json()]
+            # workspaces are not in a backup: the restored session has none (404, not a 500)
+            gone = client.get(f"/v1/sessions/{session}/files")
+            assert gone.status_code == 404, gone.text
+            assert client.delete(f"/v1/sessions/{session}").status_code in (200, 204)
             other = client.post("/v1/sessions").json()["id"]
             ran = client.post(f"/v1/sessions/{other}/exec", json={
                 "tool": "code_exec", "args": {"language": "python", "code": "print(1)"}})

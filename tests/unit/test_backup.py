@@ -66,6 +66,11 @@ async def _seed(data_dir: Path) -> list[str]:
         for i in range(30):
             await log.append(AuditEntry(kind="denied", tenant=tenants[0].id, tool=f"t{i}",
                                         rule="seed", limits={"pad": PAD}))
+    tools = data_dir / "tools" / tenants[0].id
+    tools.mkdir(parents=True, mode=0o700)
+    (tools / "hello.py").write_text("name = 'hello'\n")
+    os.chmod(tools / "hello.py", 0o644)
+    (tools / ".hello.py.tmp-0a1b2c").write_text("half")
     (data_dir / "admin-token").write_text("bootstrap-admin-token-1234\n")
     os.chmod(data_dir / "admin-token", 0o600)
     return [t.id for t in tenants]
@@ -158,6 +163,9 @@ def test_restore_into_empty_dir(tmp_path: Path) -> None:
     assert _bodies(target) == _bodies(copy)
     assert stat.S_IMODE((target / "keys" / "audit-ed25519.pem").stat().st_mode) == 0o600
     assert stat.S_IMODE((target / "keys").stat().st_mode) == 0o700
+    tool = target / "tools" / tenants[0] / "hello.py"  # agent-written tools come back as made
+    assert tool.read_text() == "name = 'hello'\n" and stat.S_IMODE(tool.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tool.parent.iterdir()) == ["hello.py"]  # no half write
 
     async def reopen() -> None:
         store = await Store.open(target / "navi.sqlite3")
