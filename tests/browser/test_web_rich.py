@@ -17,7 +17,7 @@ from tests.browser.test_web_workflows import png_bytes
 from tests.browser.ui import last_card, new_session, run_code, sign_in, snap, wait_finished
 from tests.e2e.conftest import Server
 from tests.fakes.ollama import FakeOllama
-from tests.fakes.script import Reply
+from tests.fakes.script import Call, Reply
 
 pytestmark = pytest.mark.browser
 
@@ -217,6 +217,27 @@ def test_image_written_by_a_call_shows_in_its_card(page, server: Server,
     first.locator(".card-images img").wait_for(timeout=15_000)
     assert first.locator(".card-images figcaption").all_inner_texts() == ["plots/chart.png"]
     assert page.locator(".tool-card").last.locator(".card-images img").count() == 0
+
+
+@pytest.mark.docker
+def test_image_an_agent_call_wrote_shows_live_and_from_history(
+        page, server: Server, tenant: Tenant, ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(calls=[Call("code_exec", {"language": "python",
+                                                     "code": PNG_WRITER})]),
+                     Reply(content="The chart is in `plots/chart.png`."))
+    sign_in(page, tenant.user)
+    new_session(page)
+    ask(page, "Plot it")
+    card = page.locator(".tool-card", has_text="code_exec")
+    card.locator(".card-images img").wait_for(timeout=30_000)
+    page.locator(".msg.assistant:not(.streaming) code", has_text="plots/chart.png").wait_for()
+    page.reload()  # the stored conversation: the call's start and end come from history
+    card = page.locator(".tool-card", has_text="code_exec")
+    image = card.locator(".card-images img")
+    image.wait_for(timeout=15_000)
+    page.wait_for_function("img => img.complete && img.naturalWidth === 64",
+                           arg=image.element_handle())
+    assert card.locator(".card-images figcaption").all_inner_texts() == ["plots/chart.png"]
 
 
 @pytest.mark.docker
