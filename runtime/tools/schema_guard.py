@@ -170,20 +170,36 @@ def _check_keyword(key: str, value: Any) -> None:
 
 
 def _resolve_pointer(root: Any, ref: str) -> Any:
-    """RFC 6901 inside the document, as jsonschema reads a `#...` fragment."""
+    """RFC 6901 inside the document, as jsonschema reads a `#...` fragment, through schema
+    positions only (`$defs/NAME`, `properties/NAME`, `allOf/0`, `not`...): a target inside
+    `default`, `enum` or an unknown keyword was never checked as a schema."""
     node = root
     fragment = unquote(ref[1:])
     if not fragment:
         return node
+    expect = "schema"  # what `node` is: a schema, a list of schemas or a map of them
     for raw in fragment[1:].split("/"):
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif (isinstance(node, list) and part.isascii() and part.isdigit()
-              and int(part) < len(node)):
+            if expect == "schema" and part not in _ONE + _MANY and part not in _NAME_MAPS:
+                raise UnsafeSchema(f"'$ref' {ref!r} points outside the schema's subschemas "
+                                   "(use '#/$defs/NAME')")
+            child = node[part]
+            if expect != "schema":
+                expect = "schema"
+            elif part in _NAME_MAPS:
+                expect = "map"
+            elif isinstance(child, list):
+                expect = "list"
+            node = child
+        elif (expect == "list" and isinstance(node, list) and part.isascii()
+              and part.isdigit() and int(part) < len(node)):
             node = node[int(part)]
+            expect = "schema"
         else:
             raise UnsafeSchema(f"'$ref' {ref!r} points at nothing in the schema")
+    if expect != "schema":
+        raise UnsafeSchema(f"'$ref' {ref!r} does not point at a schema")
     return node
 
 
@@ -236,6 +252,8 @@ class _Expansion:
     def _child(self, child: Any, depth: int) -> tuple[int, int]:
         if isinstance(child, _Ref):
             target = _resolve_pointer(self.root, child.ref)
+            if not isinstance(target, dict | bool):
+                raise UnsafeSchema(f"'$ref' {child.ref!r} does not point at a schema")
             key = id(target)
             if key in self.open:
                 raise UnsafeSchema(

@@ -88,8 +88,16 @@ def test_shared_non_recursive_refs_are_fine() -> None:
         (obj(x={"$dynamicRef": "#meta"}), "dynamicRef"),
         (obj(x={"$anchor": "a"}), "anchor"),
         (obj(x={"$ref": "#/$defs/missing"}), "points at nothing"),
-        # a $ref into data: the target is evaluated as a schema, so it is checked as one
-        ({"type": "object", "default": {"pattern": "(a+)+$"}, "$ref": "#/default"}, "pattern"),
+        ({"type": "object", "required": ["x"], "properties": {"x": {"$ref": "#/required"}}},
+         "points outside"),
+        ({**obj(x={"$ref": "#/$defs"}), "$defs": {}}, "does not point at a schema"),
+        (obj(x={"$ref": "#/type"}), "points outside"),
+        (obj(x={"$ref": "#/properties"}), "does not point at a schema"),
+        # a $ref into data: its target was never checked as a schema
+        ({"type": "object", "default": {"pattern": "(a+)+$"}, "$ref": "#/default"},
+         "points outside the schema's subschemas"),
+        ({"type": "object", "default": {"type": 5}, "$ref": "#/default"}, "points outside"),
+        ({"type": "object", "x-mine": {}, "$ref": "#/x-mine"}, "points outside"),
     ],
 )
 def test_unsafe_keywords_are_refused(schema: dict[str, Any], message: str) -> None:
