@@ -73,10 +73,12 @@ def backup(
         _files(manifest.files)
         if manifest.audit is not None:
             a = manifest.audit
+            cp = "no checkpoint" if a.checkpoint_seq is None else f"checkpoint at seq " \
+                f"{a.checkpoint_seq}"
             typer.echo(f"audit: {a.records} records (head seq {a.head_seq}), mirror "
-                       f"{a.mirror_lines} lines, checkpoint at seq {a.checkpoint_seq}")
+                       f"{a.mirror_lines} lines, {cp}")
         if manifest.store:
-            typer.echo("store: " + ", ".join(f"{v} {k}" for k, v in manifest.store.items()))
+            typer.echo("store: " + ", ".join(f"{k} {v}" for k, v in manifest.store.items()))
         typer.echo("not included: session workspaces (per-session disks)")
         _verified(manifest.verified, directory)
     if not manifest.verified.ok:
