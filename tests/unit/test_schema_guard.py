@@ -7,7 +7,10 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from runtime.errors import InvalidInput
 from runtime.tools.schema_guard import (
     SchemaLimits,
     UnsafeSchema,
@@ -16,7 +19,11 @@ from runtime.tools.schema_guard import (
     check_schema_cost,
     validate_instance,
 )
-from runtime.tools.user.descriptor import ToolLoadError, parse_descriptor
+from runtime.tools.user.descriptor import (
+    ToolLoadError,
+    check_parameters_schema,
+    parse_descriptor,
+)
 
 
 def chain(depth: int) -> dict[str, Any]:
@@ -222,3 +229,52 @@ def test_hostile_tool_files_fail_fast(params: str) -> None:
     with pytest.raises(ToolLoadError):
         parse_descriptor(TOOL.format(params=params)[:64 * 1024])
     assert time.monotonic() - start < 0.5
+
+
+# ---- whatever loads, validates without crashing ------------------------------------------
+
+_REFS = ["#", "#/$defs/a", "#/$defs/b", "#/properties/a", "#/properties/a/items", "#/allOf/0",
+         "#/$defs/a/allOf/1", "#/$defs", "#/required", "#/default"]
+_scalars = st.one_of(st.sampled_from([0, 1, -1, 2.5, 10**30, "a", "", "object", True, None]),
+                     st.sampled_from(_REFS))
+_names = st.sampled_from(["a", "b", "type", "$ref"])
+
+
+def _schemas(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    one = st.sampled_from(["not", "if", "then", "else", "items", "contains",
+                           "additionalProperties", "propertyNames"])
+    many = st.sampled_from(["allOf", "anyOf", "oneOf", "prefixItems"])
+    named = st.sampled_from(["properties", "$defs", "dependentSchemas"])
+    plain = st.sampled_from(["type", "enum", "const", "minimum", "multipleOf", "maxLength",
+                             "required", "uniqueItems", "minContains", "default", "x-a"])
+    data = st.one_of(_scalars, st.lists(_scalars, max_size=3),
+                     st.sampled_from(["string", "array", ["object", "null"]]))
+    entry = st.one_of(
+        st.tuples(one, children), st.tuples(many, st.lists(children, min_size=1, max_size=3)),
+        st.tuples(named, st.dictionaries(_names, children, max_size=3)),
+        st.tuples(st.just("$ref"), st.sampled_from(_REFS)), st.tuples(plain, data),
+        st.tuples(st.sampled_from(["default", "x-a"]), children),  # schema-shaped data
+    )
+    return st.one_of(st.booleans(), st.lists(entry, max_size=4).map(dict))
+
+
+schemas = st.recursive(st.just({}), _schemas, max_leaves=12)
+instances = st.recursive(_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
+                                                       st.dictionaries(_names, c, max_size=3)),
+                         max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema=schemas, instance=instances)
+def test_a_schema_that_loads_never_crashes_validation(schema: Any, instance: Any) -> None:
+    if not isinstance(schema, dict):
+        return
+    schema = {**schema, "type": "object"}
+    try:
+        check_parameters_schema(schema)
+    except ToolLoadError:
+        return
+    try:
+        validate_instance(schema, {"a": instance})
+    except InvalidInput:
+        pass
