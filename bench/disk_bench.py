@@ -74,16 +74,16 @@ async def run_bench(image: str, runs: int) -> dict[str, Any]:
             try:
                 for kind in kinds:
                     lat[f"exec_{mode}_{kind}"] = []
-                session = {kind: sessions[kind][0] for kind in kinds}
+                first = {kind: sessions[kind][0] for kind in kinds}
                 for i in range(runs + 1):
                     for kind, spaces in kinds.items():
                         request = ExecRequest(
                             image=image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
-                            session=session[kind], uid=200000, limits=Limits(),
-                            workspace=spaces.path(TENANT, session[kind]))
+                            session=first[kind], uid=200000, limits=Limits(),
+                            workspace=spaces.path(TENANT, first[kind]))
                         if warm.size:
                             deadline = time.monotonic() + 10
-                            while (backend.warm.ready_count(session[kind]) < 1 and i
+                            while (backend.warm.ready_count(first[kind]) < 1 and i
                                    and time.monotonic() < deadline):
                                 await asyncio.sleep(0.005)
                         started = time.perf_counter()

@@ -238,6 +238,17 @@ def build_labels(request: ExecRequest, *, instance_id: str, lease_until: int) ->
     }
 
 
+# In every image (sandbox_images/_shared/navi-stdio): under gVisor a program's stdout/stderr
+# go through the sandbox's own pipes and are relayed with retried writes (runsc answers long
+# writes to its host pipes with short writes, which many programs do not retry).
+STDIO_ENTRY = "/usr/local/bin/navi-stdio"
+
+
+def relayed(spec_argv: tuple[str, ...], argv: tuple[str, ...]) -> tuple[str, ...]:
+    """``argv`` behind the same stdio relay as ``spec_argv`` (a warm container's runner)."""
+    return (STDIO_ENTRY, *argv) if spec_argv[:1] == (STDIO_ENTRY,) else argv
+
+
 def build_spec(
     request: ExecRequest,
     *,
@@ -260,6 +271,8 @@ def build_spec(
     if egress_socket is not None:
         mounts += (egress_mount(egress_socket, mounts),)
         env, argv = {**env, **container_env()}, (EGRESS_ENTRY, *argv)
+    if limits.runtime == "gvisor":
+        argv = (STDIO_ENTRY, *argv)
     return ContainerSpec(
         image=image_id,
         argv=argv,

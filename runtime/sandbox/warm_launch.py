@@ -25,6 +25,7 @@ from runtime.sandbox.spec import (
     LABEL_SESSION,
     LABEL_TENANT,
     ContainerSpec,
+    relayed,
 )
 from runtime.sandbox.warm_pool import WarmContainer
 from runtime.sandbox.warm_runner import READY, RUNNER_ARGV
@@ -53,7 +54,8 @@ class WarmLaunchMixin:
             LABEL_EXEC_ID: f"warm-{os.urandom(6).hex()}",
             LABEL_LEASE: str(int(lease + self.config.lease_grace_s) + 1),
         }
-        return spec.model_copy(update={"argv": RUNNER_ARGV, "labels": labels})
+        return spec.model_copy(update={"argv": relayed(spec.argv, RUNNER_ARGV),
+                                       "labels": labels})
 
     async def _launch_warm(self, spec: ContainerSpec, key: str) -> WarmContainer:
         container = await self._acquire(self._remove, self._create, spec)
