@@ -23,7 +23,7 @@ def tenant(server: Server) -> dict[str, str]:
         session = client.post("/v1/sessions", json={}).json()["id"]
     return {"id": tenant_id, "user": user, "session": session,
             "auditor": server.token_for(tenant_id, "auditor"),
-            "admin": server.token_for(tenant_id, "admin")}
+            "tenant_admin": server.token_for(tenant_id, "tenant_admin")}
 
 
 def _error(resp: httpx.Response, status: int, code: str) -> dict:
@@ -88,14 +88,16 @@ def test_denied_web_tools_answer_403_with_the_rule_and_are_audited(
 
 def test_a_profile_the_role_may_not_use_is_refused_at_session_creation(
         server: Server, tenant: dict[str, str]) -> None:
-    """`server_admin` is for admin tokens only; a user could create such a session (every
-    call in it then failed)."""
+    """`server_admin` is for the operator's admin tokens only; a user could create such a
+    session (every call in it then failed), and every tenant was offered it."""
     with server.client(tenant["user"]) as user:
         error = _error(user.post("/v1/sessions", json={"profile": "server_admin"}), 403,
                        "forbidden")
         assert "server_admin" in error["message"]
         assert all(s["profile"] != "server_admin" for s in user.get("/v1/sessions").json())
-    with server.client(tenant["admin"]) as admin:
+    with server.client(tenant["tenant_admin"]) as boss:
+        _error(boss.post("/v1/sessions", json={"profile": "server_admin"}), 403, "forbidden")
+    with server.client(server.admin_token) as admin:
         assert admin.post("/v1/sessions", json={"profile": "server_admin"}).status_code == 201
 
 

@@ -186,7 +186,7 @@ async def test_approval_pauses_the_turn(tmp_path: Path, ollama: FakeOllama,
         async def answer(event: object) -> None:
             if event.type == "approval_required" and decision != "timeout":  # type: ignore[attr-defined]
                 h.services.approvals.decide(h.subject.tenant, event.data["approval_id"],  # type: ignore[attr-defined]
-                                            decision, by="k_human")
+                                            decision, by="k_human", role="user")
 
         events = await h.turn("say hi", on_event=answer)
         audit = await h.audit()
