@@ -200,10 +200,13 @@ async def test_expired_token_gets_401(api: Api) -> None:
     with patch("runtime.store.tokens.now", return_value=later):
         assert _error(await api.call(made["token"], "GET", "/v1/sessions"), 401) == \
             "unauthorized"
-    for bad in (0, -5, "soon"):
+    before = len(await api.records(tenant))
+    for bad in ({"expires_in_s": 0}, {"expires_in_s": -5}, {"expires_in_s": "soon"},
+                {"name": "tab\there"}, {"role": "root"}):
         resp = await api.call(api.admin_token, "POST", f"/v1/tenants/{tenant}/tokens",
-                              json={"role": "user", "expires_in_s": bad})
-        assert resp.status_code in (400, 422)
+                              json={"role": "user", **bad})
+        assert resp.status_code in (400, 422), bad
+    assert len(await api.records(tenant)) == before  # refused: nothing recorded
 
 
 # -- the audit -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from runtime.api.schemas import TenantCreate, TenantOut, TokenCreate, TokenInfo,
 from runtime.errors import Conflict, Forbidden, NotFound
 from runtime.store import TokenRecord
 from runtime.store.ids import new_tenant_id, new_token_id
-from runtime.store.tokens import now
+from runtime.store.tokens import check_token_name, now
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 
@@ -69,6 +69,7 @@ async def create_token(tenant_id: str, body: TokenCreate, request: Request,
         if await store.operator_tenant() not in (None, tenant_id):
             raise Forbidden("role admin exists only in the operator tenant; "
                             "use tenant_admin to manage this tenant")
+    check_token_name(body.name)  # refused before anything is recorded
     expires_at = now() + body.expires_in_s if body.expires_in_s is not None else None
     token_id = new_token_id()
     await services.executor.record_action(
