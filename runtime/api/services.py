@@ -22,6 +22,7 @@ from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
 from runtime.store import SessionRecord, Store
+from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
 
 log = get_logger(__name__)
@@ -78,10 +79,12 @@ class Services:
         waits for `POST /v1/approvals/{id}` or the broker's timeout (denied)."""
 
         async def approve(subject: Subject, action: Action, decision: Decision) -> Granted:
+            shown = await asyncio.to_thread(event_args, action.args)  # <= 64 KiB in events
             approval = await self.approvals.ask(
                 tenant=subject.tenant, session=subject.session, tool=action.tool,
                 args=action.args, rule=decision.rule, reason=decision.reason,
-                announce=lambda a: bus.publish("approval_required", **a.public(),
+                announce=lambda a: bus.publish("approval_required",
+                                               **{**a.public(), "args": shown},
                                                approval_id=a.id),
                 timeout_s=self.settings.approval_timeout_s, tool_hash=action.tool_hash,
                 requested_by=subject.user, approvers=tuple(decision.approvers) or None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ import pytest
 from runtime.api.event_replay import EVENT_OVERHEAD, ReplayLimits, event_cost
 from runtime.api.events import Event, EventHub, SessionEventBus
 from runtime.api.metrics import Metrics, tool_label
+from runtime.policy.decision import Action, Decision
 from runtime.tools.event_args import ARGS_EVENT_BYTES, TruncatedArgs, args_bytes, event_args
+from tests.fakes.agent_harness import AgentHarness
 
 KiB = 1024
 BLOB = "x" * (10 * KiB)
@@ -231,3 +234,16 @@ def test_metric_tool_labels_come_from_a_closed_set() -> None:
     text = metrics.render().decode()
     series = [line for line in text.splitlines() if line.startswith("navi_executions_total{")]
     assert len(series) == 2
+
+
+async def test_an_approval_event_carries_at_most_64_kib_of_arguments(tmp_path: Path) -> None:
+    async with AgentHarness(tmp_path, approval_timeout_s=0.2) as h:
+        bus = h.bus
+        approve = h.services.approver_for(bus)
+        big = {"command": "x" * (2 * ARGS_EVENT_BYTES)}
+        await approve(h.subject, Action(tool="terminal", args=big),
+                      Decision(verdict="ask", rule="r", reason="why"))
+        (event,) = [e for e in bus.replay if e.type == "approval_required"]
+        assert event.data["args"]["truncated"] is True
+        assert event.data["args"]["size"] == len(args_bytes(big))
+        assert len(event.wire) < 2048
