@@ -334,12 +334,14 @@ class AuditLog:
     async def records(
         self, *, tenant: str | None = None, session: str | None = None, tool: str | None = None,
         exec_id: str | None = None, kind: str | None = None, since_seq: int | None = None,
-        since_ts: str | None = None, limit: int = 1000,
+        since_ts: str | None = None, limit: int = 1000, action: str | None = None,
     ) -> list[AuditRecord]:
-        """Records in seq order, filtered; `since_seq` is exclusive, `since_ts` inclusive."""
+        """Records in seq order, filtered; `since_seq` is exclusive, `since_ts` inclusive;
+        `action` matches records without one (older) as `exec`."""
         db = self._require_db()
         where, params = _filters(tenant=tenant, session=session, tool=tool, exec_id=exec_id,
-                                 kind=kind, since_seq=since_seq, since_ts=since_ts)
+                                 kind=kind, since_seq=since_seq, since_ts=since_ts,
+                                 action=action)
         sql = f"SELECT body FROM audit {where} ORDER BY seq LIMIT ?"
         try:
             async with db.execute(sql, (*params, max(0, limit))) as cur:
@@ -354,6 +356,9 @@ def _filters(**kw: object) -> tuple[str, list[object]]:
         if kw.get(name) is not None:
             clauses.append(f"{name} = ?")
             params.append(kw[name])
+    if kw.get("action") is not None:
+        clauses.append("COALESCE(json_extract(body, '$.action'), 'exec') = ?")
+        params.append(kw["action"])
     if kw.get("since_seq") is not None:
         clauses.append("seq > ?")
         params.append(kw["since_seq"])

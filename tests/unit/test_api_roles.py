@@ -224,6 +224,9 @@ async def test_each_change_is_audited_before_it_applies(api: Api) -> None:
     assert all(r["decision"] == "allow" and r["rule"] == "roles.admin.manage"
                for r in records)
     assert records[0]["detail"] == "name: audited" and records[1]["detail"] == "role: auditor"
+    only = await api.call(api.admin_token, "GET", "/v1/audit",
+                          params={"tenant": tenant, "action": "token.revoke"})
+    assert [r["seq"] for r in only.json()] == [records[2]["seq"]]
 
     # fail closed: with the audit log unavailable nothing changes
     before = await api.services.store.list_tokens(tenant)

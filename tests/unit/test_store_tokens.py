@@ -171,10 +171,14 @@ async def test_verify_passes_on_old_and_new_records(tmp_path: Path) -> None:
             Subject(tenant="t_new", user="k_new", session="none"), "token.create",
             "k_" + "d" * 16, rule="roles.admin.manage", detail="role: user")
         records = await log.records()
+        execs = await log.records(action="exec")
+        changes = await log.records(action="token.create")
     old = [r for r in records if r.instance == "old"]
     assert len(old) == 3 and all(r.action == "exec" and r.object is None for r in old)
     assert all("action" not in json.loads(canonical_json(r.model_dump(exclude_unset=True)))
                for r in old)
+    assert [r.seq for r in changes] == [seq] and seq not in [r.seq for r in execs]
+    assert {r.seq for r in old} <= {r.seq for r in execs}  # no action: an execution's
     new = records[-1]
     assert new.seq == seq and (new.kind, new.action, new.object) == (
         "action", "token.create", "k_" + "d" * 16)

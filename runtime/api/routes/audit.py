@@ -40,6 +40,8 @@ async def list_audit(
     session: str | None = Query(None, max_length=64),
     tool: str | None = Query(None, max_length=64),
     exec_id: str | None = Query(None, max_length=64),
+    action: str | None = Query(None, max_length=64,
+                               description="exec, or a state change such as token.create"),
     since: str | None = Query(None, max_length=64),
     limit: int = Query(1000, ge=1, le=10000),
     tenant: str | None = Query(None, max_length=64,
@@ -51,7 +53,7 @@ async def list_audit(
         raise Forbidden("only an admin may read another tenant's audit")
     records = await get_services(request).audit.records(
         tenant=tenant or principal.tenant_id, session=session, tool=tool, exec_id=exec_id,
-        limit=limit, **_since(since),
+        action=action, limit=limit, **_since(since),
     )
     return [r.model_dump(mode="json") for r in records]
 
