@@ -237,7 +237,7 @@ class Executor:
             by = getattr(granted, "decided_by", None)  # approvers may say who decided
             await self.audit.append(AuditEntry(
                 kind="approval", decision="approved" if granted else "refused",
-                rule=decision.rule, reason=decision.reason,
+                rule=decision.rule, reason=decision.reason, tool_hash=action.tool_hash,
                 detail=f"decided_by: {by}" if by else None, **base))
             if not granted:
                 raise PolicyDenied(f"{decision.reason}; approval refused", rule=decision.rule)
