@@ -337,3 +337,48 @@ async def test_self_approval_allowed_under_default(tmp_path: Path) -> None:
         assert _error(result, 403) == "policy_denied"
         (decide,) = [r for r in await api.records(tenant) if r["action"] == "approval.decide"]
         assert decide["detail"] == "decision: deny"
+
+
+TOOL = '''name = "shout"
+description = "Upper-cases a text."
+parameters = {"type": "object", "properties": {"text": {"type": "string"}},
+              "required": ["text"], "additionalProperties": False}
+
+
+async def execute(params):
+    return params["text"].upper()
+'''
+
+
+async def test_an_agent_written_tools_approval_shows_its_hash(tmp_path: Path) -> None:
+    async with running(tmp_path, POLICIES / "lab.yaml") as api:  # developer: ask first_use
+        tenant = await api.tenant("chemistry")
+        user = (await api.mint(tenant, "user"))["token"]
+        lead = (await api.mint(tenant, "tenant_admin"))["token"]
+        session = (await api.call(user, "POST", "/v1/sessions",
+                                  json={"profile": "developer"})).json()["id"]
+        for tool, args in [("write_tool", {"name": "shout", "code": TOOL}),
+                           ("reload_tools", {})]:
+            resp = await api.call(user, "POST", f"/v1/sessions/{session}/exec",
+                                  json={"tool": tool, "args": args})
+            assert resp.status_code == 200 and resp.json()["ok"], resp.text
+
+        async def call() -> httpx.Response:
+            return await api.call(user, "POST", f"/v1/sessions/{session}/exec",
+                                  json={"tool": "shout", "args": {"text": "hi"}})
+
+        task = asyncio.create_task(call())
+        for _ in range(500):
+            pending = (await api.call(lead, "GET", "/v1/approvals")).json()
+            if pending or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert pending, (await task).text
+        (approval,) = pending
+        assert approval["tool"] == "shout" and len(approval["tool_hash"] or "") >= 32
+        assert (await _answer(api, lead, approval["id"])).status_code == 200
+        await asyncio.wait_for(task, 30)
+        (decide,) = [r for r in await api.records(tenant) if r["action"] == "approval.decide"]
+        assert decide["tool_hash"] == approval["tool_hash"] and decide["tool"] == "shout"
+        (granted,) = [r for r in await api.records(tenant) if r["kind"] == "approval"]
+        assert granted["tool_hash"] == approval["tool_hash"]
