@@ -211,3 +211,24 @@ def test_a_session_replays_at_most_its_bytes_then_resync(server: Server, user: s
     assert kept[0]["id"] == events[0]["missed"] + 1  # an unbroken run up to the newest
     assert [e["id"] for e in kept] == list(range(kept[0]["id"], kept[-1]["id"] + 1))
     assert sum(len(json.dumps(e, separators=(",", ":"))) for e in kept) <= SESSION_BYTES
+
+
+@pytest.fixture(scope="module")
+def idle_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("tenancy-memory-idle"),
+                       extra_env={"NAVI_EVENTS_IDLE_S": "1"})
+    yield srv
+    stop_server(srv)
+
+
+def test_an_idle_sessions_replay_is_given_back(idle_server: Server) -> None:
+    _, token = idle_server.tenant_with_user()
+    session = new_session(idle_server, token)
+    first = todo(idle_server, token, session)
+    assert [e["id"] for e in replay(idle_server, token, session, first)] == [1, 2]
+    time.sleep(2.5)  # nobody watches, nothing happens: the sweeper empties the buffer
+    mark = todo(idle_server, token, session)
+    events = replay(idle_server, token, session, mark)
+    assert [(e["id"], e["type"]) for e in events] == [
+        (0, "resync"), (3, "tool_call"), (4, "tool_result")]
+    assert events[0]["missed"] == 2
