@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, WebSocket, WebSocketDisco
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from runtime.api.deps import (
+    SESSION_ROLES,
     CallerSession,
     authenticate,
     bearer_token,
@@ -66,8 +67,8 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
             first = await asyncio.wait_for(websocket.receive_json(), WS_AUTH_TIMEOUT_S)
             token = first.get("token") if isinstance(first, dict) else None
         principal = await authenticate(services, token if isinstance(token, str) else None)
-        if principal.role not in ("user", "admin"):
-            raise Forbidden("this needs one of the roles: user, admin")
+        if principal.role not in SESSION_ROLES:
+            raise Forbidden(f"this needs one of the roles: {', '.join(SESSION_ROLES)}")
         await owned_session(services, principal, session_id)
         last = event_id(websocket.query_params.get("after"))
     except (NaviError, TimeoutError, ValueError, WebSocketDisconnect) as exc:
