@@ -4,8 +4,12 @@
 Protocol (the supervisor side is runtime/tools/user/tool.py):
 - the tool file is mounted read-only at /opt/navi/tool.py (TOOL_PATH overrides, for tests);
 - stdin carries the call's params as one JSON object;
-- stdout carries exactly one JSON line: {"ok": true, "result": "..."} or
-  {"ok": false, "error": "..."}; the exit code is 0 when a result line was written.
+- NAVI_TOOL_SHA256 names the content that may run: the runner reads the file once, refuses
+  it unless its SHA-256 is that, and executes exactly the bytes it hashed (never the path
+  again), so what runs is what the audit intent's tool_hash names;
+- stdout carries exactly one JSON line: {"ok": true, "result": "...", "sha256": "..."} or
+  {"ok": false, "error": "...", "sha256": ...} (the hash of what ran, null if nothing was
+  loaded); the exit code is 0 when a result line was written.
 
 Before the tool is imported, file descriptor 1 is duplicated to a private, non-inheritable
 descriptor and fd 1 (and `sys.stdout`) is pointed at stderr, so whatever the tool prints -
@@ -15,14 +19,17 @@ no PYTHONPATH, no user site, the working directory is not on sys.path).
 """
 
 import asyncio
-import importlib.util
+import hashlib
 import inspect
 import json
 import os
 import sys
 import traceback
+import types
 
 TOOL_PATH = os.environ.get("NAVI_TOOL_PATH", "/opt/navi/tool.py")
+EXPECTED_SHA256 = os.environ.get("NAVI_TOOL_SHA256")
+MAX_TOOL_BYTES = 4 * 1024 * 1024
 MAX_PARAMS_BYTES = 1024 * 1024
 MAX_RESULT_CHARS = 512 * 1024
 
@@ -51,19 +58,32 @@ def _read_params():
     return params
 
 
-def _load_tool(path):
-    spec = importlib.util.spec_from_file_location("navi_user_tool", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
+def _read_tool(path):
+    """The tool's bytes and their SHA-256; refused unless it is the expected one."""
+    with open(path, "rb") as fh:
+        source = fh.read(MAX_TOOL_BYTES + 1)
+    if len(source) > MAX_TOOL_BYTES:
+        raise ValueError(f"tool file larger than {MAX_TOOL_BYTES} bytes")
+    digest = hashlib.sha256(source).hexdigest()
+    if EXPECTED_SHA256 is not None and digest != EXPECTED_SHA256:
+        raise ValueError(f"tool content {digest} is not the approved {EXPECTED_SHA256}")
+    return source, digest
+
+
+def _load_tool(path, source):
+    """Execute exactly ``source`` (the bytes that were hashed) as the tool's module."""
+    module = types.ModuleType("navi_user_tool")
+    module.__file__ = path
     sys.modules["navi_user_tool"] = module
-    spec.loader.exec_module(module)
+    exec(compile(source, path, "exec"), module.__dict__)  # the tool, inside the sandbox
     return module
 
 
 def _run(result_out):
+    ran = None  # the SHA-256 of what was loaded
+
     def emit(obj):
-        result_out.write(json.dumps(obj) + "\n")
+        result_out.write(json.dumps({**obj, "sha256": ran}) + "\n")
         result_out.flush()
 
     try:
@@ -72,7 +92,12 @@ def _run(result_out):
         emit({"ok": False, "error": "bad params: " + _describe(exc)})
         return 0
     try:
-        module = _load_tool(TOOL_PATH)
+        source, ran = _read_tool(TOOL_PATH)
+    except Exception as exc:
+        emit({"ok": False, "error": "tool refused: " + _describe(exc)})
+        return 0
+    try:
+        module = _load_tool(TOOL_PATH, source)
     except BaseException as exc:  # SystemExit at import time is a load failure too
         traceback.print_exc()
         emit({"ok": False, "error": "tool failed to load: " + _describe(exc)})

@@ -7,6 +7,7 @@ the tools-runner image), with the sandbox's essential flags.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ def _sweep() -> Iterator[None]:
 
 
 def run_shim(
-    image: str, tmp_path: Path, source: str, stdin: bytes = b"{}"
+    image: str, tmp_path: Path, source: str, stdin: bytes = b"{}", *, expect: str | None = None
 ) -> tuple[int, bytes, bytes]:
     tool = tmp_path / "tool.py"
     tool.write_text(source)
@@ -53,6 +54,7 @@ def run_shim(
         "--security-opt", "no-new-privileges", "--user", "65534:65534",
         "--tmpfs", "/tmp:rw,noexec,nosuid,nodev,size=16m", "--pids-limit", "64",
         "-v", f"{runner}:/opt/navi/runner.py:ro", "-v", f"{tool}:{TOOL_MOUNT}:ro",
+        *(["-e", f"NAVI_TOOL_SHA256={expect}"] if expect else []),
         image, *RUNNER_ARGV,
     ]
     proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
@@ -72,7 +74,8 @@ def test_result_line_and_prints_go_to_stderr(sandbox_image: str, tmp_path: Path)
     code, out, err = run_shim(sandbox_image, tmp_path, source, b'{"who": "bob"}')
     assert code == 0
     assert out.count(b"\n") == 1
-    assert json.loads(out) == {"ok": True, "result": "hello bob"}
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert json.loads(out) == {"ok": True, "result": "hello bob", "sha256": digest}
     assert parse_runner_output(out) == (True, "hello bob")
     for forged in (b"FORGED at import", b"FORGED print", b"FORGED fd1", b"FORGED child"):
         assert forged in err
@@ -125,3 +128,17 @@ def test_workspace_is_not_on_sys_path(sandbox_image: str, tmp_path: Path) -> Non
     _, out, _ = run_shim(sandbox_image, tmp_path, source)
     ok, text = parse_runner_output(out)
     assert ok and "''" not in text and "/workspace" not in text
+
+
+def test_content_other_than_the_approved_hash_is_refused(sandbox_image: str,
+                                                        tmp_path: Path) -> None:
+    """Nothing of a file whose SHA-256 is not the expected one runs (not even its imports)."""
+    source = HEADER + "print('MODULE CODE RAN')\nasync def execute(p):\n    return 'ran'\n"
+    approved = hashlib.sha256(b"something else").hexdigest()
+    code, out, err = run_shim(sandbox_image, tmp_path, source, expect=approved)
+    result = json.loads(out)
+    assert code == 0 and result["ok"] is False and "not the approved" in result["error"]
+    assert result["sha256"] is None and b"MODULE CODE RAN" not in err
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    _, out, _ = run_shim(sandbox_image, tmp_path, source, expect=digest)
+    assert json.loads(out) == {"ok": True, "result": "ran", "sha256": digest}

@@ -128,7 +128,11 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     assert json.loads(req.stdin) == {"text": "hi"}
     [mount] = req.mounts
     assert mount.target == TOOL_MOUNT and mount.read_only
-    assert mount.source == rig.services.user_tools.store.tenant_dir("t1") / "shout.py"
+    # an immutable copy named by its hash is mounted, never the path write_tool replaces
+    assert mount.source.name == f"{digest}.py" and mount.source.parent.name == ".objects"
+    assert mount.source.read_bytes() == (
+        rig.services.user_tools.store.tenant_dir("t1") / "shout.py").read_bytes()
+    assert req.env["NAVI_TOOL_SHA256"] == digest
 
     reloaded = await reg.invoke("reload_tools", {}, ctx)
     assert "shout" in reloaded.metadata["loaded"]

@@ -43,6 +43,7 @@ from runtime.tools.user.descriptor import (
 DEFAULT_SHIPPED_DIR = PROJECT_ROOT / "tools"
 ENABLED_FILE = "enabled.json"
 HASHES_FILE = "hashes.json"
+OBJECTS_DIR = ".objects"  # content-addressed copies that sandboxes mount (never a tenant id)
 MAX_TOOLS_PER_DIR = 200
 MAX_INDEX_BYTES = 1024 * 1024
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -281,6 +282,27 @@ class UserToolStore:
                 f"tool {tool.descriptor.name!r} changed since it was loaded; run reload_tools"
             )
         return source
+
+    def snapshot(self, tool: LoadedUserTool) -> Path:
+        """An immutable copy of the tool's verified bytes, named by their SHA-256: what a
+        sandbox mounts, so what runs is exactly the content the intent's ``tool_hash`` names
+        (the tool's own path may be replaced at any moment by ``write_tool``)."""
+        source = self.read_verified(tool)
+        digest = content_hash(source)
+        objects = self.root / OBJECTS_DIR
+        objects.mkdir(mode=0o700, parents=True, exist_ok=True)
+        dir_fd = _open_dir(objects)
+        try:
+            name = f"{digest}.py"
+            try:
+                if content_hash(_read_at(dir_fd, name, MAX_TOOL_BYTES)) == digest:
+                    return objects / name
+            except FileNotFoundError:
+                pass
+            _write_at(dir_fd, name, source, 0o444)  # absent or damaged: (re)made whole
+        finally:
+            os.close(dir_fd)
+        return objects / name
 
     # ---- writing ---------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
 """A loaded user tool as a `Tool`: validated by its own JSON schema, run by the runner shim.
 
 The supervisor never imports the file. A call verifies the file still hashes to what was
-loaded, then asks the Executor to run `python3 -I /opt/navi/runner.py` in the tools-runner
-image with the file bind-mounted read-only at `/opt/navi/tool.py`, the params as JSON on
-stdin and the session workspace as the working directory. The runner's single stdout line
-`{ok, result}` / `{ok: false, error}` becomes the `ToolResult`; the tool's own prints arrive
-on stderr (streamed live and kept in the metadata).
+loaded and mounts an immutable copy named by that hash (``UserToolStore.snapshot``), then
+asks the Executor to run `python3 -I /opt/navi/runner.py` in the tools-runner image with the
+copy bind-mounted read-only at `/opt/navi/tool.py`, its hash in ``NAVI_TOOL_SHA256`` (the
+runner refuses other bytes and executes exactly the bytes it hashed, and reports the hash),
+the params as JSON on stdin and the session workspace as the working directory. The
+runner's single stdout line `{ok, result}` / `{ok: false, error}` becomes the `ToolResult`;
+the tool's own prints arrive on stderr (streamed live and kept in the metadata).
 
 The Action carries the file's SHA-256 (`tool_hash`) so the audit records exactly which code
 ran and the policy can ask for approval when it changes.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 from runtime.errors import InvalidInput
@@ -26,19 +29,32 @@ from runtime.tools.user.descriptor import validate_params
 from runtime.tools.user.store import LoadedUserTool, UserToolStore
 
 TOOL_MOUNT = "/opt/navi/tool.py"
+TOOL_HASH_ENV = "NAVI_TOOL_SHA256"
 RUNNER_ARGV = ["python3", "-I", "-B", "/opt/navi/runner.py"]
 MAX_PARAMS_BYTES = 1024 * 1024
 USER_TOOLS_GROUP = "group:user_tools"
 
 
-def runner_call(tool: LoadedUserTool, params: dict[str, Any]) -> Invocation:
-    """What the Executor runs for one call of `tool` (image chosen by the policy)."""
+def runner_call(tool: LoadedUserTool, params: dict[str, Any], source: Path) -> Invocation:
+    """What the Executor runs for one call of `tool` (image chosen by the policy):
+    ``source`` is the content-addressed copy of its file."""
     stdin = json.dumps(params, ensure_ascii=False).encode("utf-8")
     return Invocation(
         argv=list(RUNNER_ARGV),
         stdin=stdin,
-        mounts=[Mount(source=tool.path, target=TOOL_MOUNT, read_only=True)],
+        env={TOOL_HASH_ENV: tool.descriptor.sha256},
+        mounts=[Mount(source=source, target=TOOL_MOUNT, read_only=True)],
     )
+
+
+def runner_reported_hash(stdout: bytes) -> str | None:
+    """The SHA-256 the runner says it executed (None if it said nothing usable)."""
+    try:
+        value = json.loads(stdout.decode("utf-8", errors="replace").strip() or "null")
+    except ValueError:
+        return None
+    digest = value.get("sha256") if isinstance(value, dict) else None
+    return digest if isinstance(digest, str) else None
 
 
 def parse_runner_output(stdout: bytes) -> tuple[bool, str]:
@@ -102,12 +118,14 @@ async def run_user_tool(
     action: Action,
 ) -> ToolResult:
     """Run one user tool call in the sandbox (shared by the tool itself and `test_tool`)."""
-    await asyncio.to_thread(store.read_verified, loaded)  # refuses a file changed since load
-    outcome = await run_sandboxed(ctx, action, runner_call(loaded, params))
+    # refuses a file changed since load; what is mounted is this copy, named by its hash
+    source = await asyncio.to_thread(store.snapshot, loaded)
+    outcome = await run_sandboxed(ctx, action, runner_call(loaded, params, source))
     res = outcome.result
     stderr = res.stderr.decode("utf-8", errors="replace")
     meta = exec_metadata(outcome)
     meta["tool_hash"] = loaded.descriptor.sha256
+    meta["ran_sha256"] = runner_reported_hash(res.stdout)
     if res.timed_out:
         return ToolResult.fail(f"{loaded.descriptor.name} timed out", output=stderr, **meta)
     if res.oom_killed:
