@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from runtime.config import Settings
 
 MiB = 1024 * 1024
-EVENT_OVERHEAD = 160  # bytes: the Event object, its deque slot and header strings
+EVENT_OVERHEAD = 288  # bytes beside the wire text: Event, its exec_id, deque slot (measured ~270)
 
 
 class ReplayLimits(BaseModel):

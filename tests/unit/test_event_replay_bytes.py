@@ -247,3 +247,23 @@ async def test_an_approval_event_carries_at_most_64_kib_of_arguments(tmp_path: P
         assert event.data["args"]["truncated"] is True
         assert event.data["args"]["size"] == len(args_bytes(big))
         assert len(event.wire) < 2048
+
+
+@pytest.mark.parametrize("data", ["x", "y" * 4000])
+def test_what_is_counted_bounds_what_is_held(data: str) -> None:
+    """Tiny or large events: the memory the buffers hold stays near the bytes they count."""
+    import tracemalloc
+
+    h = hub(session=256 * KiB, total=1024 * KiB)
+    buses = [h.bus(f"s{i}") for i in range(8)]
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for i in range(20000):
+            buses[i % 8].publish("exec_output", exec_id="ex_0123456789abcdef01234567",
+                                 stream="stdout", data=data)
+        held = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert h.budget.bytes <= 1024 * KiB
+    assert held < 1.15 * 1024 * KiB, held
