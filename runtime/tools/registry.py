@@ -9,16 +9,18 @@ that run code go through the Executor (quota, policy, audit, sandbox); tools tha
 code are checked here with `PolicyEngine.decide` before `execute`. The policy always wins:
 a denied tool answers `PolicyDenied` (403, with the rule), it is not hidden as 404.
 
-Arguments are validated in a worker thread (`validate_args`): a user tool's schema is
-agent-written, and even bounded (`runtime.tools.schema_guard`) its validation is CPU work a
-tenant controls, which must not hold the event loop.
+Arguments are validated in a worker thread (`off_loop`): a user tool's schema is
+agent-written, and even bounded (`runtime.tools.schema_guard`: at most 1 s per call) its
+validation is CPU work a tenant controls, which must not hold the event loop. A tenant has
+at most `VALIDATIONS_PER_TENANT` of those threads at a time; its other calls wait in its own
+line, so a flood cannot take the shared worker threads every other request needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
 from runtime.policy.decision import Action, Decision, Subject
@@ -27,6 +29,9 @@ from runtime.tools.manuals import ManualLibrary, check_manual_name
 from runtime.tools.user.catalog import UserToolCatalogs
 from runtime.tools.user.store import ToolCatalog
 from runtime.tools.user.tool import UserTool, user_tool_manual
+
+VALIDATIONS_PER_TENANT = 1
+T = TypeVar("T")
 
 
 class PolicyLike(Protocol):
@@ -52,6 +57,7 @@ class ToolRegistry:
         self.user_tools = user_tools
         self.approver = approver
         self.manuals = manuals if manuals is not None else ManualLibrary()
+        self._validating: dict[str, asyncio.Semaphore] = {}
         for tool in tools:
             self.register(tool)
 
@@ -153,10 +159,17 @@ class ToolRegistry:
 
     # ---- calling ---------------------------------------------------------------------
 
+    async def off_loop(self, tenant: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` (argument validation: time-boxed CPU work) in a worker thread, at most
+        `VALIDATIONS_PER_TENANT` at a time for one tenant."""
+        line = self._validating.setdefault(tenant, asyncio.Semaphore(VALIDATIONS_PER_TENANT))
+        async with line:
+            return await asyncio.to_thread(fn, *args)
+
     async def prepare(self, name: str, args: Any, subject: Subject) -> tuple[Tool, Any]:
         """Look the tool up and validate `args`; nothing runs (`InvalidInput` on bad args)."""
         tool = await self.lookup(name, subject)
-        return tool, await validate_args(tool, args)
+        return tool, await self.off_loop(subject.tenant, tool.validate, args)
 
     async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
         """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
@@ -169,7 +182,7 @@ class ToolRegistry:
         a call that names no tool or carries bad arguments announces nothing."""
         tool = await self.lookup(name, ctx.subject)
         try:
-            params = await validate_args(tool, args)
+            params = await self.off_loop(ctx.subject.tenant, tool.validate, args)
         except InvalidInput:
             await self._refuse_if_denied(tool, args, ctx)
             raise
@@ -222,8 +235,3 @@ class ToolRegistry:
             if approve is None or not await approve(ctx.subject, action, decision):
                 raise PolicyDenied(f"{decision.reason}; not approved", rule=decision.rule)
         return decision
-
-
-async def validate_args(tool: Tool, args: Any) -> Any:
-    """`tool.validate(args)` off the event loop (it is time-boxed, so the thread comes back)."""
-    return await asyncio.to_thread(tool.validate, args)

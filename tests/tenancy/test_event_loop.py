@@ -134,17 +134,25 @@ def test_hostile_schemas_are_refused_and_the_loop_stays_free(server: Server) -> 
     assert probe.max_s < 1.0
 
 
+# Allowed: 1900 subschemas, but each applies to every item (50k items: ~1 min unbounded).
+HEAVY = {"type": "object", "properties": {
+    "x": {"type": "array", "items": {"allOf": [{"minimum": 0}] * 1900}}}}
+
+
+def heavy_tool(client: httpx.Client) -> str:
+    """A session whose tenant has the loaded tool `heavy` (schema HEAVY)."""
+    session = str(client.post("/v1/sessions", json={}).json()["id"])
+    written = exec_(client, session, "write_tool",
+                    {"name": "heavy", "code": tool_code("heavy", HEAVY)}).json()
+    assert written["ok"] is True, written
+    assert exec_(client, session, "reload_tools", {}).json()["ok"] is True
+    return session
+
+
 def test_huge_arguments_for_an_allowed_schema_are_time_boxed(server: Server) -> None:
-    # Allowed: 1900 subschemas, but each applies to every item (50k items: ~1 min unbounded).
-    schema = {"type": "object", "properties": {
-        "x": {"type": "array", "items": {"allOf": [{"minimum": 0}] * 1900}}}}
     _, token = server.tenant_with_user()
     with server.client(token) as client:
-        session = client.post("/v1/sessions", json={}).json()["id"]
-        written = exec_(client, session, "write_tool",
-                        {"name": "heavy", "code": tool_code("heavy", schema)}).json()
-        assert written["ok"] is True, written
-        assert exec_(client, session, "reload_tools", {}).json()["ok"] is True
+        session = heavy_tool(client)
         args = {"x": [0] * 50_000}
         calls = [("heavy", args), ("test_tool", {"name": "heavy", "params": args})] * 2
         with HealthProbe(server.url) as probe, ThreadPoolExecutor(4) as pool:
@@ -166,3 +174,29 @@ def test_huge_arguments_for_an_allowed_schema_are_time_boxed(server: Server) -> 
           f"max {probe.max_s * 1000:.0f} ms over {len(probe.latencies)} polls")
     assert probe.max_s < 1.0
     assert elapsed < 15
+
+
+def test_a_validation_flood_does_not_hold_up_a_neighbour(server: Server) -> None:
+    """One tenant's over-budget validations wait in its own line (a few at a time), so the
+    worker threads every request needs stay free for another tenant's calls."""
+    _, flooder = server.tenant_with_user()
+    _, neighbour = server.tenant_with_user()
+    with server.client(flooder) as a, server.client(neighbour) as b:
+        session_a = heavy_tool(a)
+        session_b = str(b.post("/v1/sessions", json={}).json()["id"])
+        args = {"x": [0] * 50_000}
+        with ThreadPoolExecutor(16) as pool:
+            flood = [pool.submit(exec_, a, session_a, "heavy", args) for _ in range(16)]
+            time.sleep(0.5)
+            latencies = []
+            while not all(f.done() for f in flood):
+                started = time.monotonic()
+                resp = exec_(b, session_b, "todo", {"action": "list"})
+                latencies.append(time.monotonic() - started)
+                assert resp.status_code == 200, resp.text
+            for f in flood:
+                assert clean_4xx(f.result())["code"] == "validation_budget"
+    slowest = sorted(latencies)[-3:]
+    print(f"neighbour's todo during a 16-call validation flood: slowest "
+          f"{[round(t * 1000) for t in slowest]} ms of {len(latencies)} calls")
+    assert max(latencies) < 1.0  # without the tenant's line: 16 s of work on 6 threads

@@ -96,8 +96,12 @@ class ToolTestTool(BuiltinTool):
             loaded = await asyncio.to_thread(store.load, ctx.tenant, params.name)
         except ToolLoadError as exc:
             return ToolResult.fail(f"{params.name} does not load: {exc.message}")
-        # agent-written schema: time-boxed, and off the event loop
-        args = await asyncio.to_thread(validate_params, loaded.descriptor, params.params)
+        # agent-written schema: time-boxed, and off the event loop (in the tenant's line)
+        if ctx.registry is not None:
+            args = await ctx.registry.off_loop(ctx.tenant, validate_params, loaded.descriptor,
+                                               params.params)
+        else:
+            args = await asyncio.to_thread(validate_params, loaded.descriptor, params.params)
         action = Action(
             tool=loaded.descriptor.name, args=args, group=USER_TOOLS_GROUP,
             timeout_s=ctx.timeout_s, tool_hash=loaded.descriptor.sha256,
