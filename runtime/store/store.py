@@ -239,15 +239,20 @@ class Store(TokenMethods):
     # -- sessions ----------------------------------------------------------------------------
 
     async def create_session(
-        self, tenant_id: str, profile: str, title: str | None = None
+        self, tenant_id: str, profile: str, title: str | None = None,
+        session_id: str | None = None,
     ) -> SessionRecord:
+        """A new session (``session_id``: one made beforehand, e.g. to audit its creation)."""
         if title is not None and (len(title) > TITLE_MAX or not title.isprintable()):
             raise InvalidInput(f"title must be printable text of at most {TITLE_MAX} characters")
         if not isinstance(profile, str) or not _NAME_RE.match(profile):
             raise InvalidInput("malformed profile name")
         if await self.get_tenant(tenant_id) is None:
             raise NotFound("no such tenant")
-        record = SessionRecord(id=ids.new_session_id(), tenant_id=tenant_id, profile=profile,
+        if session_id is not None and not ids.is_session_id(session_id):
+            raise InvalidInput("malformed session id")
+        record = SessionRecord(id=session_id or ids.new_session_id(), tenant_id=tenant_id,
+                               profile=profile,
                                title=title, created_at=time.time())
         await self._db.execute(
             "INSERT INTO sessions (id, tenant_id, profile, title, created_at) "

@@ -108,7 +108,9 @@ class ToolContext:
     exec_id: str | None = None
     approver: Any = None
     registry: Any = None
+    decision_rule: str | None = None  # the rule that allowed this call (set by the registry)
     extra: dict[str, Any] = field(default_factory=dict)
+
 
     @property
     def tenant(self) -> str:
@@ -117,6 +119,15 @@ class ToolContext:
     @property
     def session(self) -> str:
         return self.subject.session
+
+
+async def record_change(ctx: ToolContext, action: str, obj: str, **fields: Any) -> None:
+    """Audit a state change a tool is about to make (``Executor.record_action``), before it
+    makes it; raises ``AuditUnavailable`` (the change must not happen) when that fails.
+    Without an Executor (unit tests, tools-only use) there is no audit log to write."""
+    if ctx.executor is not None:
+        await ctx.executor.record_action(ctx.subject, action, obj,
+                                         rule=ctx.decision_rule or "none", **fields)
 
 
 class Tool(ABC):

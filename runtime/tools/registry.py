@@ -193,7 +193,8 @@ class ToolRegistry:
         if ctx.registry is None:
             ctx.registry = self
         if not tool.runs_in_sandbox:
-            await self.authorize(tool, params, ctx)
+            decision = await self.authorize(tool, params, ctx)
+            ctx.decision_rule = decision.rule if decision is not None else None
         return await tool.execute(params, ctx)
 
     async def _refuse_if_denied(self, tool: Tool, args: Any, ctx: ToolContext) -> None:

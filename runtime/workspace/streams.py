@@ -120,6 +120,11 @@ class AtomicWriter:
             self._dir_fd = -1
             raise_mapped(exc, shown)
 
+    @property
+    def shown(self) -> str:
+        """The workspace-relative path being written (normalised)."""
+        return self._shown
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._fd < 0:
             raise ValueError("writer is closed")

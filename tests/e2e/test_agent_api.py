@@ -146,10 +146,12 @@ def test_message_runs_code_in_a_container_and_streams_the_answer(
     call, result, end = one(events, "tool_call"), one(events, "tool_result"), events[-1]
     assert call["tool"] == "code_exec" and call["args"]["code"] == code
     assert result["exec_id"] == call["exec_id"] and result["success"] is True
-    assert result["output"] == "uid 65534\n45\n" and result["exit_code"] == 0
+    uid_line = result["output"].splitlines()[0]
+    assert int(uid_line.split()[1]) >= 200000  # the tenant's own sandbox uid (never 0)
+    assert result["output"] == f"{uid_line}\n45\n" and result["exit_code"] == 0
     live = "".join(e["data"] for e in events if e["type"] == "exec_output")
-    assert live == "uid 65534\n45\n"
-    assert end["stop_reason"] == "stop" and end["content"].startswith("Result: uid 65534")
+    assert live == f"{uid_line}\n45\n"
+    assert end["stop_reason"] == "stop" and end["content"].startswith(f"Result: {uid_line}")
     ids = [e["_id"] for e in events]
     assert ids == sorted(ids)
     # audited: intent before the run, outcome after, same exec_id as the events

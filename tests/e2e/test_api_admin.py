@@ -81,7 +81,8 @@ def test_admin_reads_another_tenants_audit_auditor_cannot(server: Server) -> Non
     with server.client(server.admin_token) as admin:
         records = admin.get("/v1/audit", params={"tenant": tenant}).json()
     assert [(r["kind"], r["action"]) for r in records] == [
-        ("action", "tenant.create"), ("action", "token.create"), ("denied", "exec")]
+        ("action", "tenant.create"), ("action", "token.create"), ("action", "session.create"),
+        ("denied", "exec")]
     assert {r["tenant"] for r in records} == {tenant}
     other, _ = server.tenant_with_user()
     with server.client(server.token_for(other, "auditor")) as auditor:

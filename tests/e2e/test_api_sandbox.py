@@ -102,8 +102,10 @@ def test_denied_tool_is_403_with_rule_and_audited(server: Server,
         assert admin.get("/v1/audit", params={"session": sec}).json() == []  # own tenant only
     with server.client(server.token_for(tenant, "auditor")) as auditor:
         records = auditor.get("/v1/audit", params={"session": sec}).json()
-    assert [(r["kind"], r["decision"]) for r in records] == [("denied", "deny")]
-    assert records[0]["rule"] == error["rule"] and records[0]["exit_code"] is None
+    assert [(r["kind"], r["action"], r["decision"]) for r in records] == [
+        ("action", "session.create", "allow"), ("denied", "exec", "deny")]
+    assert records[0]["rule"] == "profiles.secretary.roles" and records[0]["object"] == sec
+    assert records[1]["rule"] == error["rule"] and records[1]["exit_code"] is None
 
 
 SANDBOX_TRAPS = """
@@ -281,7 +283,8 @@ def test_sigterm_kills_running_execution_and_audits_it(tmp_path: Path) -> None:
 
         db = sqlite3.connect(restarted.data_dir / "audit.sqlite3")
         kinds = [k for (k,) in db.execute(
-            "SELECT kind FROM audit WHERE session = ? ORDER BY seq", (session,))]
+            "SELECT kind FROM audit WHERE session = ? AND kind != 'action' ORDER BY seq",
+            (session,))]
         db.close()
         assert kinds[0] == "intent" and kinds[-1] in ("outcome", "interrupted")
     finally:

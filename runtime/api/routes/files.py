@@ -14,8 +14,9 @@ from functools import partial
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import StreamingResponse
 
-from runtime.api.deps import SessionUser, get_services, owned_session
+from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import FileEntryOut
+from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
 from runtime.workspace import Workspace
 
@@ -26,6 +27,16 @@ async def _workspace(request: Request, principal: SessionUser, session_id: str) 
     services = get_services(request)
     await owned_session(services, principal, session_id)
     return await asyncio.to_thread(services.workspaces.open, principal.tenant_id, session_id)
+
+
+async def _record(request: Request, principal: SessionUser, session_id: str,
+                  action: StateChange, path: str) -> None:
+    """Audit a file change before it is made (fail closed: no record, no change)."""
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    subject = await subject_for(services, principal, record)
+    await services.executor.record_action(subject, action, path,
+                                          rule=f"roles.{principal.role}")
 
 
 @router.get("/{session_id}/files", response_model=list[FileEntryOut])
@@ -76,6 +87,7 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
         writer = await asyncio.to_thread(partial(ws.writer, path, expected_size=expected,
                                                  max_bytes=quotas.upload_mb * 1024 * 1024))
         try:
+            await _record(request, principal, session_id, "file.write", writer.shown)
             async for chunk in request.stream():
                 if chunk:
                     await asyncio.to_thread(writer.write, chunk)
@@ -93,6 +105,8 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
 async def delete(session_id: str, path: str, request: Request, principal: SessionUser) -> Response:
     ws = await _workspace(request, principal, session_id)
     try:
+        shown = (await asyncio.to_thread(ws.stat, path)).path  # 404 before anything is recorded
+        await _record(request, principal, session_id, "file.delete", shown)
         await asyncio.to_thread(ws.delete, path)
     finally:
         ws.close()

@@ -6,10 +6,11 @@ import asyncio
 
 from fastapi import APIRouter, Request, Response, status
 
-from runtime.api.deps import SessionUser, get_services, owned_session
+from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import SessionCreate, SessionOut
 from runtime.errors import Forbidden, InvalidInput, QuotaExceeded
 from runtime.store import SessionRecord
+from runtime.store.ids import new_session_id
 
 MiB = 1024 * 1024
 
@@ -44,9 +45,14 @@ async def create_session(
             raise QuotaExceeded(
                 f"the tenant has {quotas.sessions_per_tenant} sessions, its quota; "
                 "delete one first", retry_after=60, quota="sessions_per_tenant")
+        session_id = new_session_id()
+        subject = await subject_for(services, principal, None, profile)
+        await services.executor.record_action(  # audited before it exists (fail closed)
+            subject.model_copy(update={"session": session_id}), "session.create", session_id,
+            rule=f"profiles.{profile}.roles", detail=f"profile {profile}")
         record = await services.store.create_session(
-            principal.tenant_id, profile, title=body.title if body else None
-        )
+            principal.tenant_id, profile, title=body.title if body else None,
+            session_id=session_id)
         try:
             await asyncio.to_thread(
                 services.workspaces.create, principal.tenant_id, record.id, uid=uid,
@@ -73,5 +79,8 @@ async def get_session(session_id: str, request: Request, principal: SessionUser)
 async def delete_session(session_id: str, request: Request, principal: SessionUser) -> Response:
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
+    subject = await subject_for(services, principal, record)
+    await services.executor.record_action(subject, "session.delete", record.id,
+                                          rule=f"roles.{principal.role}")
     await services.end_session(record)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

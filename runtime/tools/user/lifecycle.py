@@ -21,9 +21,15 @@ from runtime.tools.base import (
     ToolContext,
     ToolParams,
     ToolResult,
+    record_change,
 )
 from runtime.tools.user.catalog import UserToolCatalogs
-from runtime.tools.user.descriptor import MAX_TOOL_BYTES, ToolLoadError, validate_params
+from runtime.tools.user.descriptor import (
+    MAX_TOOL_BYTES,
+    ToolLoadError,
+    parse_descriptor,
+    validate_params,
+)
 from runtime.tools.user.tool import USER_TOOLS_GROUP, run_user_tool
 
 TEMPLATE_HINT = (
@@ -61,6 +67,9 @@ class WriteToolTool(BuiltinTool):
         if params.name in reserved:
             return ToolResult.fail(f"{params.name!r} is the name of a built-in tool")
         try:
+            checked = await asyncio.to_thread(parse_descriptor, params.code.encode("utf-8"))
+            await record_change(ctx, "tool.write", params.name, tool=params.name,
+                                tool_hash=checked.sha256)
             desc = await asyncio.to_thread(store.write, ctx.tenant, params.name, params.code)
         except ToolLoadError as exc:
             return ToolResult.fail(f"tool not written: {exc.message}", name=params.name)
@@ -119,6 +128,7 @@ class ReloadToolsTool(BuiltinTool):
         self.catalogs = catalogs
 
     async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        await record_change(ctx, "tool.reload", "*")
         catalog = await self.catalogs.reload(ctx.tenant)
         enabled = sorted(t.descriptor.name for t in catalog.enabled())
         disabled = sorted(n for n, t in catalog.tools.items() if not t.enabled)
@@ -147,6 +157,7 @@ class DeleteToolTool(BuiltinTool):
         self.catalogs = catalogs
 
     async def execute(self, params: DeleteToolParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        await record_change(ctx, "tool.delete", params.name, tool=params.name)
         await asyncio.to_thread(self.catalogs.store.delete, ctx.tenant, params.name)
         await self.catalogs.drop(ctx.tenant, params.name)
         return ToolResult.ok(f"deleted tool {params.name}", name=params.name)
