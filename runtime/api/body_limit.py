@@ -15,7 +15,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
+# The largest argument a tool takes is `filesystem write`'s 10 MiB of text; bigger files go
+# through the streamed upload. JSON is parsed on the event loop (the C parser holds the GIL,
+# so a thread would not free the loop): ~30 ms per MiB here, so this bound is also what
+# keeps one request from stalling every other (healthz within 1 s under a flood).
+MAX_BODY_BYTES = 12 * 1024 * 1024
 UPLOAD_PATH = re.compile(r"^/v1/sessions/[^/]+/files/.")
 
 

@@ -1,6 +1,6 @@
 """Bounded supervisor memory: what a tenant sends cannot make `navi serve` hold it.
 
-A real `navi serve` on loopback. A burst of invalid ~30 MiB exec bodies (random tool names,
+A real `navi serve` on loopback. A burst of invalid ~11 MiB exec bodies (random tool names,
 arguments a real tool refuses) leaves the server's RSS where it was, adds no metric series
 and never holds `GET /v1/healthz` past 1 s; a refused request puts nothing into the session's
 events. A valid call with large arguments shows their size and SHA-256 instead of them, and
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.docker
 MiB = 1024 * 1024
 SESSION_BYTES = 256 * 1024
 BURST = 50
-BODY_MIB = 30
+BODY_MIB = 11  # just under the 12 MiB body cap, above the filesystem tool's 10 MiB
 RSS_GROWTH_MAX = 150 * MiB
 
 
@@ -126,7 +126,7 @@ class HealthProbe:
 
 
 def invalid_body(i: int, blob: bytes) -> tuple[bytes, int]:
-    """~30 MiB: an unknown tool (404), or a real tool whose arguments it refuses (400)."""
+    """~11 MiB: an unknown tool (404), or a real tool whose arguments it refuses (400)."""
     if i % 2:
         name = f"t{secrets.token_hex(8)}"
         return b'{"tool":"' + name.encode() + b'","args":{"blob":"' + blob + b'"}}', 404
@@ -232,3 +232,21 @@ def test_an_idle_sessions_replay_is_given_back(idle_server: Server) -> None:
     assert [(e["id"], e["type"]) for e in events] == [
         (0, "resync"), (3, "tool_call"), (4, "tool_result")]
     assert events[0]["missed"] == 2
+
+
+def test_bodies_past_the_cap_are_refused_before_they_are_parsed(server: Server,
+                                                                user: str) -> None:
+    """The issue's 30 MiB bodies: 413 `too_large` from the body cap, nothing buffered beyond
+    it, healthz answering throughout."""
+    session = new_session(server, user)
+    headers = {"Authorization": f"Bearer {user}", "Content-Type": "application/json"}
+    blob = b"A" * (30 * MiB)
+    before = rss(server)
+    with HealthProbe(server.url) as probe, httpx.Client(
+            base_url=server.url, headers=headers, timeout=120) as client:
+        for i in range(10):
+            body = b'{"tool":"t' + str(i).encode() + b'","args":{"blob":"' + blob + b'"}}'
+            resp = client.post(f"/v1/sessions/{session}/exec", content=body)
+            assert resp.status_code == 413 and resp.json()["error"]["code"] == "too_large"
+    assert max(probe.latencies) < 1.0 and probe.failures == []
+    assert rss(server) - before < RSS_GROWTH_MAX
