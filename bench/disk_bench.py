@@ -6,7 +6,8 @@ Measured, interleaved so drift on a shared machine hits both alike:
   default 1 GiB (``disk``) and as a plain directory (``plain``);
 - ``open``: ``Workspaces.open`` of an existing, mounted session (the per-call path);
 - ``exec_cold`` / ``exec_warm``: ``print(1)`` through ``DockerBackend`` with the workspace on
-  the session's disk and on a plain directory (warm: the next container is ready first).
+  the session's disk and on a plain directory (warm: the next container is ready first;
+  the two kinds take turns going first).
 
 Needs root and loop devices (what the server uses them for). Results go to
 ``bench/results/disk-<utc>.json``.
@@ -76,7 +77,8 @@ async def run_bench(image: str, runs: int) -> dict[str, Any]:
                     lat[f"exec_{mode}_{kind}"] = []
                 first = {kind: sessions[kind][0] for kind in kinds}
                 for i in range(runs + 1):
-                    for kind, spaces in kinds.items():
+                    order = list(kinds.items())  # alternate who goes first: no order bias
+                    for kind, spaces in (order if i % 2 else order[::-1]):
                         request = ExecRequest(
                             image=image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
                             session=first[kind], uid=200000, limits=Limits(),

@@ -4,7 +4,9 @@ Docker's bind mounts cannot set ``nosuid``/``nodev`` themselves, but a bind moun
 flags of the mount its source lives on. So at start-up (when root) the backend turns the
 workspaces root into a bind mount of itself and remounts it ``nosuid,nodev``:
 
-    mount --bind R R && mount -o remount,bind,nosuid,nodev R
+    mount --rbind R R && mount -o remount,bind,nosuid,nodev R
+
+(recursive: session disks already mounted below R stay visible through it)
 
 A read-write workspace bind then shows ``rw,nosuid,nodev`` inside the container. (A read-only
 bind loses them with runc 1.1.5; no-new-privileges and the missing CAP_MKNOD cover that.)
@@ -67,7 +69,7 @@ def ensure_nosuid_nodev(root: Path) -> HardenState:
     real = os.path.realpath(root)
     commands = []
     if mount_options(root)[0] != real:
-        commands.append(["mount", "--bind", real, real])
+        commands.append(["mount", "--rbind", real, real])  # keep session disks under it
     commands.append(["mount", "-o", "remount,bind,nosuid,nodev", real])
     for command in commands:
         done = subprocess.run(command, capture_output=True, text=True, check=False)
