@@ -222,3 +222,34 @@ def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
     finally:
         stop_server(again)
     assert mounts_under(srv.data_dir) == []
+
+
+async def test_session_disks_stay_visible_when_the_engine_comes_up_later(
+        tmp_path: Path, sandbox_image: str) -> None:
+    """The backend makes the workspaces root nosuid,nodev with a bind mount of itself when it
+    starts; if that happens after session disks were mounted (the engine was down at start),
+    a plain bind hid them ("mount source does not exist"). Red with `mount --bind`."""
+    from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+    from runtime.sandbox.models import ExecRequest, Limits
+    from runtime.workspace import Workspaces
+    from runtime.workspace.disk import SessionDisks
+
+    root = tmp_path / "workspaces"
+    spaces = Workspaces(root, disks=SessionDisks(root, overcommit=1000.0))
+    tenant, session = "t_00000000000000aa", "s_00000000000000aa"
+    workspace = spaces.create(tenant, session, uid=200000, disk_bytes=32 * MiB,
+                              tenant_disk_bytes=64 * MiB)
+    backend = DockerBackend(DockerBackendConfig(data_dir=tmp_path, workspaces_root=root,
+                                                instance_id="navi-test-late-engine"))
+    try:
+        await backend.start()
+        result = await backend.run(ExecRequest(
+            image=sandbox_image, argv=["sh", "-c", "echo ok > f; cat f"], exec_id="late-1",
+            session=session, workspace=workspace, uid=200000, limits=Limits(timeout_s=30)))
+        assert result.stdout == b"ok\n", result
+        assert (workspace / "f").read_bytes() == b"ok\n"
+    finally:
+        await backend.close()
+        spaces.close()
+        spaces.remove(tenant, session)
+    assert mounts_under(root) == []
