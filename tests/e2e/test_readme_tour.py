@@ -3,7 +3,9 @@
 A copy of the checkout (what `git clone` would give, plus uncommitted edits) gets the
 project's venv, then `make run` with no arguments (the Makefile's relative `./data`, port
 8000) and the tour block is cut out of README.md and run verbatim by bash. The block is read
-from README.md by this test, so README and test cannot drift apart.
+from README.md by this test, so README and test cannot drift apart. Then the web client's
+first steps as README's "The web client" gives them: open the page, sign in with the admin
+token `make run` made, create a session, run code directly, see its output.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def port_free(port: int) -> bool:
         return True
 
 
-@pytest.fixture
-def make_run(tmp_path: Path) -> Iterator[Path]:
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tmp_path = tmp_path_factory.mktemp("readme")
     if not port_free(README_PORT):
         pytest.fail(f"port {README_PORT} is taken: README's `make run` needs it")
     checkout = tmp_path / "navi"
@@ -116,3 +119,33 @@ def test_readme_tour_runs_as_written(make_run: Path) -> None:
     verify = json.loads(lines[-1])
     assert verify["ok"] is True and verify["first_bad_seq"] is None, verify
     assert lines[-2].startswith("profiles.developer"), lines[-2]
+
+
+@pytest.mark.browser
+def test_web_client_first_steps(make_run: Path) -> None:
+    from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, _playwright
+    from tests.browser.ui import last_card, new_session, run_code, sign_in, snap, wait_finished
+
+    readme = (make_run / "README.md").read_text()
+    assert f"Open `http://127.0.0.1:{README_PORT}/` and sign in with a" in readme
+    sync_api, problem = _playwright()
+    if sync_api is None:
+        pytest.fail(f"the browser check cannot run: {problem}")
+    token = (make_run / "data" / "admin-token").read_text().strip()
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = chromium.new_page(base_url=f"http://127.0.0.1:{README_PORT}")
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            sign_in(page, token)
+            new_session(page)
+            run_code(page, "print(6 * 7)")
+            card = last_card(page)
+            wait_finished(card)
+            assert card.locator(".status").inner_text() == "exit 0"
+            assert card.locator(".output .stdout").inner_text().strip() == "42"
+            snap(page, "readme-first-steps")
+        finally:
+            chromium.close()
+    assert errors == []
