@@ -55,11 +55,12 @@ line, in the outcome's ``detail`` (``egress: allowed pypi.org:443 x2; refused â€
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,6 +98,27 @@ class Invocation(BaseModel):
     mounts: list[Mount] = Field(default_factory=list)
 
 
+class Execution(BaseModel):
+    """DESIGN's exec result: what a caller (API, agent, CLI) is told about one execution.
+    `ok` is decided once, here: exit code 0, neither timed out nor out of memory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    oom_killed: bool
+    truncated: bool
+    duration_ms: int
+    exec_id: str
+    audit_seq: int | None
+    timeout_s: float | None = None
+    runtime: Literal["runc", "gvisor"] | None = Field(
+        None, description="the sandbox tier the call ran under (null: it started no container)")
+
+
 class ExecOutcome(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -111,17 +133,21 @@ class ExecOutcome(BaseModel):
     def ok(self) -> bool:
         return self.result.ok
 
-    def public(self) -> dict[str, Any]:
+    @functools.cached_property
+    def execution(self) -> Execution:
         """The exec result of DESIGN (`POST /v1/sessions/{id}/exec`, `navi exec --json`)."""
         r = self.result
-        return {
-            "ok": r.ok, "exit_code": r.exit_code,
-            "stdout": r.stdout.decode("utf-8", errors="replace"),
-            "stderr": r.stderr.decode("utf-8", errors="replace"),
-            "timed_out": r.timed_out, "oom_killed": r.oom_killed, "truncated": r.truncated,
-            "duration_ms": r.duration_ms, "exec_id": self.exec_id, "audit_seq": self.audit_seq,
-            "timeout_s": self.timeout_s, "runtime": self.decision.limits.runtime,
-        }
+        return Execution(
+            ok=r.ok, exit_code=r.exit_code,
+            stdout=r.stdout.decode("utf-8", errors="replace"),
+            stderr=r.stderr.decode("utf-8", errors="replace"),
+            timed_out=r.timed_out, oom_killed=r.oom_killed, truncated=r.truncated,
+            duration_ms=r.duration_ms, exec_id=self.exec_id, audit_seq=self.audit_seq,
+            timeout_s=self.timeout_s, runtime=self.decision.limits.runtime)
+
+    def public(self) -> dict[str, Any]:
+        """`execution()` as JSON (tools' metadata, `navi exec --json`)."""
+        return self.execution.model_dump()
 
 
 def _outcome_detail(killed: str | None, result: ExecResult) -> str | None:

@@ -2,7 +2,8 @@
 
 Model output is untrusted and unbounded: text is cut head + tail with a marker saying how
 much was left out, and JSON-like values (tool arguments) are shortened string by string,
-so an event or a row never grows past a known size.
+so an event or a row never grows past a known size. (`clip` and the event caps are
+`runtime.calls.caps`'s, shared with the tool-call service.)
 """
 
 from __future__ import annotations
@@ -10,23 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runtime.calls.caps import EVENT_TEXT, clip
+
+__all__ = ["ANSWER_TEXT", "EVENT_TEXT", "MODEL_TOOL_OUTPUT", "STORED_TEXT", "STORED_THINKING",
+           "clip", "clip_value", "json_text"]
+
 STORED_TEXT = 64 * 1024       # a message's content in the database
 STORED_THINKING = 32 * 1024
-EVENT_TEXT = 64 * 1024        # tool output in a `tool_result` event
 MODEL_TOOL_OUTPUT = 16 * 1024  # tool output handed back to the model
 ANSWER_TEXT = 256 * 1024      # one model answer (text), streamed and kept
 ARG_STRING = 8 * 1024         # one string inside tool arguments, in events and rows
 MAX_DEPTH = 8
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` if it fits, else its head and tail around `[... N characters cut ...]`."""
-    if len(text) <= limit:
-        return text
-    marker = f"\n[... {len(text) - limit} characters cut ...]\n"
-    keep = max(0, limit - len(marker))
-    head = keep * 2 // 3
-    return text[:head] + marker + text[len(text) - (keep - head):]
 
 
 def clip_value(value: Any, limit: int = ARG_STRING, depth: int = 0) -> Any:

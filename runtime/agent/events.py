@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from runtime.api.events import SessionEventBus
+from runtime.events import (
+    SessionEvent,
+    SessionEventBus,
+    StreamDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+)
 
 BATCH_CHARS = 96
 BATCH_S = 0.05
-_DELTA_EVENT = {"thinking": "thinking_delta", "text": "stream_delta"}
+_DELTA_EVENT = {"thinking": ThinkingDelta, "text": StreamDelta}
 
 
 class TurnEvents:
@@ -33,9 +38,10 @@ class TurnEvents:
         self.thinking_open = False
         self._timer: asyncio.TimerHandle | None = None
 
-    def emit(self, type_: str, **data: Any) -> None:
+    def emit(self, event: SessionEvent) -> None:
+        """Publish `event` (made with this turn's `turn_id`) after any batched text."""
         self.flush()
-        self.bus.publish(type_, turn_id=self.turn_id, **data)
+        self.bus.publish(event)
 
     def delta(self, kind: Literal["thinking", "text"], text: str) -> None:
         if kind == "thinking":
@@ -56,15 +62,15 @@ class TurnEvents:
     def end_thinking(self) -> None:
         if self.thinking_open:
             self.thinking_open = False
-            self.emit("thinking_end", iteration=self.iteration)
+            self.emit(ThinkingEnd(turn_id=self.turn_id, iteration=self.iteration))
 
     def flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._buffer and self._kind is not None:
-            self.bus.publish(_DELTA_EVENT[self._kind], turn_id=self.turn_id,
-                             iteration=self.iteration, content="".join(self._buffer))
+            self.bus.publish(_DELTA_EVENT[self._kind](
+                turn_id=self.turn_id, iteration=self.iteration, content="".join(self._buffer)))
         self._buffer.clear()
         self._size = 0
         self._last = time.monotonic()

@@ -41,6 +41,9 @@ from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import annotate, system_prompt
 from runtime.agent.tool_runner import Stalled, ToolRunner
 from runtime.errors import NaviError
+from runtime.events import ErrorEvent, StopReason, StreamEnd, StreamStart
+from runtime.events import Notice as NoticeEvent
+from runtime.events import Usage as EventUsage
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 
@@ -89,9 +92,10 @@ class Turn:
     async def run(self) -> None:
         s = self.s
         model_for = getattr(s.backend, "model_for", None)
-        self.events.emit("stream_start", model=model_for(s.model) if model_for else s.model,
-                         profile=s.profile.name, backend=s.backend.name,
-                         max_iterations=s.profile.max_iterations)
+        self.events.emit(StreamStart(
+            turn_id=s.turn_id, model=model_for(s.model) if model_for else s.model,
+            profile=s.profile.name, backend=s.backend.name,
+            max_iterations=s.profile.max_iterations))
         try:
             reason, content = await self._steps()
         except Stalled as exc:
@@ -109,30 +113,32 @@ class Turn:
                                    meta={"error": exc.code, "message": clip(exc.message, 500)})
             log.warning("turn_failed", code=exc.code, message=exc.message)
             self.release()
-            self.events.emit("error", code=exc.code, message=clip(exc.message, 2000),
-                             iterations=self.iterations)
+            self.events.emit(ErrorEvent(turn_id=s.turn_id, code=exc.code,
+                                        message=clip(exc.message, 2000),
+                                        iterations=self.iterations))
             return
         await self._finish(reason, content)
 
-    async def _finish(self, reason: str, content: str) -> None:
+    async def _finish(self, reason: StopReason, content: str) -> None:
         s = self.s
         usage = self.usage.model_dump()
         if reason != "stop":  # a stop's answer is already stored with its step
             await s.history.append(s.subject.session, s.turn_id, "assistant", content,
                                    meta={"stop_reason": reason, "usage": usage})
         self.release()
-        self.events.emit("stream_end", content=clip(content, ANSWER_TEXT), stop_reason=reason,
-                         usage=usage, iterations=self.iterations)
+        self.events.emit(StreamEnd(turn_id=s.turn_id, content=clip(content, ANSWER_TEXT),
+                                   stop_reason=reason, usage=EventUsage(**usage),
+                                   iterations=self.iterations))
         log.info("turn_done", turn=s.turn_id, stop_reason=reason, iterations=self.iterations,
                  **usage)
 
-    async def _steps(self) -> tuple[str, str]:
+    async def _steps(self) -> tuple[StopReason, str]:
         s = self.s
         specs = await s.services.tools.registry.specs(s.subject)
         offered = [t for t in specs if s.profile.offers(t.name, t.group)]
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters}
                  for t in offered]
-        self.runner = ToolRunner(s.services, s.subject, self.events,
+        self.runner = ToolRunner(s.services.calls, s.subject, self.events,
                                  {t.name: t.group for t in offered}, s.profile.stall_repeats)
         system = system_prompt(s.profile, s.persona, [t.name for t in offered])
         reported = await s.backend.context_window(s.model)
@@ -215,7 +221,8 @@ class Turn:
                     answer.usage = chunk.usage
                     answer.served_by = chunk.served_by
                 elif isinstance(chunk, Notice):
-                    self.events.emit("notice", message=clip(chunk.text, 2000))
+                    self.events.emit(NoticeEvent(turn_id=self.s.turn_id,
+                                                 message=clip(chunk.text, 2000)))
         self.events.end_thinking()
         self.events.flush()
         answer.text = "".join(text)

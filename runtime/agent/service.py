@@ -21,6 +21,7 @@ from runtime.agent.loop import Turn, TurnSetup
 from runtime.agent.profiles import ProfileSet, load_persona
 from runtime.config import Settings
 from runtime.errors import Conflict
+from runtime.events import ErrorEvent
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 
@@ -90,7 +91,8 @@ class AgentService:
         except Exception as exc:  # a bug must not leave the session stuck
             log.error("turn_crashed", turn=turn.s.turn_id, exc_info=exc)
             self._release(session, turn.s.turn_id)
-            turn.events.emit("error", code="internal_error", message="internal error")
+            turn.events.emit(ErrorEvent(turn_id=turn.s.turn_id, code="internal_error",
+                                        message="internal error"))
         finally:
             self._release(session, turn.s.turn_id)
 

@@ -14,9 +14,6 @@ from runtime.agent import AgentService
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.errors import install_error_handlers
-from runtime.api.event_replay import ReplayLimits
-from runtime.api.events import EventHub
-from runtime.api.metrics import Metrics
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
@@ -25,8 +22,10 @@ from runtime.api.services import Services
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
 from runtime.errors import NaviError
+from runtime.events import EventHub, ReplayLimits
 from runtime.executor import Executor
 from runtime.logging import get_logger
+from runtime.metrics import Metrics
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.docker_backend import DockerBackend

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.api.events import EventHub, SessionEventBus
-from runtime.api.metrics import Metrics
 from runtime.approvals import ApprovalBroker
 from runtime.audit.store import AuditLog
+from runtime.calls import SessionToolCall
 from runtime.config import Settings
+from runtime.events import ApprovalRequired, EventHub, SessionEventBus
 from runtime.executor import Approver
 from runtime.logging import get_logger
+from runtime.metrics import Metrics
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
@@ -83,9 +85,12 @@ class Services:
             approval = await self.approvals.ask(
                 tenant=subject.tenant, session=subject.session, tool=action.tool,
                 args=action.args, rule=decision.rule, reason=decision.reason,
-                announce=lambda a: bus.publish("approval_required",
-                                               **{**a.public(), "args": shown},
-                                               approval_id=a.id),
+                announce=lambda a: bus.publish(ApprovalRequired(
+                    approval_id=a.id, session=a.session, tool=a.tool, args=shown, rule=a.rule,
+                    reason=a.reason, status=a.status, created_at=a.created_at,
+                    expires_at=a.expires_at, decided_by=a.decided_by, tool_hash=a.tool_hash,
+                    requested_by=a.requested_by, approvers=list(a.approvers),
+                    self_approve=a.self_approve)),
                 timeout_s=self.settings.approval_timeout_s, tool_hash=action.tool_hash,
                 requested_by=subject.user, approvers=tuple(decision.approvers) or None,
                 self_approve=decision.self_approve,
@@ -94,6 +99,13 @@ class Services:
                            approval.decided_by or f"system:{approval.status}")
 
         return approve
+
+    @functools.cached_property
+    def calls(self) -> SessionToolCall:
+        """The one way to run a tool in a session (exec route, agent, MCP)."""
+        return SessionToolCall(registry=self.tools.registry, executor=self.executor,
+                               workspaces=self.workspaces, hub=self.hub, metrics=self.metrics,
+                               approver_for=self.approver_for)
 
     async def end_session(self, record: SessionRecord) -> None:
         """Delete a session: deny its pending approvals, kill its runs, drop files and events."""

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import InvalidInput
+from runtime.executor import Execution
 from runtime.policy.decision import Action, Subject
 from runtime.sandbox.backend import OutputCallback
 
@@ -58,12 +59,16 @@ class ImageBlock(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """`{success, output, error, metadata}`: the one shape every tool answers with."""
+    """`{success, output, error, metadata}`: the one shape every tool answers with.
+
+    `execution`: the sandboxed run behind it, typed (set by `runtime.calls` from the
+    context when the tool ran one; a tool may set it itself)."""
 
     success: bool
     output: str = ""
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    execution: Execution | None = None
 
     @classmethod
     def ok(cls, output: str = "", **metadata: Any) -> ToolResult:
@@ -109,6 +114,7 @@ class ToolContext:
     approver: Any = None
     registry: Any = None
     decision_rule: str | None = None  # the rule that allowed this call (set by the registry)
+    execution: Execution | None = None  # the last run `run_sandboxed` made for this call
     extra: dict[str, Any] = field(default_factory=dict)
 
 

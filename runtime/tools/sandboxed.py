@@ -32,6 +32,8 @@ async def run_sandboxed(
         ctx.subject, action, invocation,
         on_output=ctx.on_output, exec_id=ctx.exec_id, approver=ctx.approver,
     )
+    ctx.execution = outcome.execution  # the typed result the caller reports
+    ctx.decision_rule = outcome.decision.rule
     return outcome
 
 

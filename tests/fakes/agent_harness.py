@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api.app import start_services
-from runtime.api.events import Event
 from runtime.api.services import Services
 from runtime.config import Settings
+from runtime.events import Event
 from runtime.policy.decision import Subject
 from runtime.sandbox.fake import FakeBackend
 

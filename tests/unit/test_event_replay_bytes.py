@@ -11,15 +11,26 @@ from typing import Any
 
 import pytest
 
-from runtime.api.event_replay import EVENT_OVERHEAD, ReplayLimits, event_cost
-from runtime.api.events import Event, EventHub, SessionEventBus
-from runtime.api.metrics import Metrics, tool_label
+from runtime.events import (
+    Event,
+    EventHub,
+    ExecOutput,
+    SessionEventBus,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from runtime.events.replay import EVENT_OVERHEAD, ReplayLimits, event_cost
+from runtime.metrics import Metrics, tool_label
 from runtime.policy.decision import Action, Decision
 from runtime.tools.event_args import ARGS_EVENT_BYTES, TruncatedArgs, args_bytes, event_args
 from tests.fakes.agent_harness import AgentHarness
 
 KiB = 1024
 BLOB = "x" * (10 * KiB)
+
+
+def out(data: str) -> ExecOutput:
+    return ExecOutput(exec_id="e1", stream="stdout", data=data)
 
 
 class Clock:
@@ -56,8 +67,8 @@ async def collect(bus: SessionEventBus, last_id: int | None) -> list[Event]:
 def test_a_session_keeps_at_most_its_bytes_oldest_dropped_first() -> None:
     h = hub(session=64 * KiB)
     bus = h.bus("s1")
-    for i in range(40):
-        bus.publish("exec_output", data=BLOB, n=i)
+    for _i in range(40):
+        bus.publish(out(BLOB))
     assert bus.replay.bytes <= 64 * KiB
     assert bus.replay.bytes == sum(event_cost(e) for e in bus.replay) == h.budget.bytes
     ids = kept(bus)
@@ -67,8 +78,8 @@ def test_a_session_keeps_at_most_its_bytes_oldest_dropped_first() -> None:
 
 async def test_a_client_away_too_long_gets_resync_then_what_is_kept() -> None:
     bus = hub(session=64 * KiB).bus("s1")
-    for i in range(40):
-        bus.publish("exec_output", data=BLOB, n=i)
+    for _i in range(40):
+        bus.publish(out(BLOB))
     got = await collect(bus, 3)
     first_kept = kept(bus)[0]
     assert got[0].type == "resync" and got[0].data == {"missed": first_kept - 4}
@@ -77,50 +88,51 @@ async def test_a_client_away_too_long_gets_resync_then_what_is_kept() -> None:
 
 
 def test_the_server_total_drops_the_oldest_event_of_any_session() -> None:
-    event = Event.make(1, "exec_output", {"data": BLOB, "n": 0})
+    event = Event.make(1, out(BLOB))
     h = hub(session=64 * KiB, total=8 * event_cost(event) + 100)
     a, b, c = h.bus("a"), h.bus("b"), h.bus("c")
-    for i in range(5):
-        a.publish("exec_output", data=BLOB, n=i)
-    for i in range(5):
-        b.publish("exec_output", data=BLOB, n=i)
+    for _i in range(5):
+        a.publish(out(BLOB))
+    for _i in range(5):
+        b.publish(out(BLOB))
     assert h.budget.bytes <= h.limits.total_bytes
     assert kept(a) == [3, 4, 5] and kept(b) == [1, 2, 3, 4, 5]  # a's were the oldest
-    for i in range(4):
-        c.publish("exec_output", data=BLOB, n=i)
+    for _i in range(4):
+        c.publish(out(BLOB))
     assert kept(a) == [] and kept(b) == [2, 3, 4, 5] and kept(c) == [1, 2, 3, 4]
     assert h.budget.bytes == sum(x.replay.bytes for x in (a, b, c)) <= h.limits.total_bytes
-    a.publish("exec_output", data=BLOB, n=9)  # a empty buffer takes part again
+    a.publish(out(BLOB))  # a empty buffer takes part again
     assert kept(a) == [6] and kept(b) == [3, 4, 5]
 
 
 def test_per_session_trimming_keeps_the_total_order_right() -> None:
-    event = Event.make(1, "exec_output", {"data": BLOB, "n": 0})
+    event = Event.make(1, out(BLOB))
     cost = event_cost(event)
-    h = hub(session=3 * cost + 60, total=5 * cost + 100)  # (ts and n vary by a few bytes)
+    h = hub(session=3 * cost + 60, total=5 * cost + 100)  # (ts varies by a few bytes)
     a, b = h.bus("a"), h.bus("b")
-    for i in range(6):  # a trims itself to its last three: its heap entry is stale
-        a.publish("exec_output", data=BLOB, n=i)
+    for _i in range(6):  # a trims itself to its last three: its heap entry is stale
+        a.publish(out(BLOB))
     assert kept(a) == [4, 5, 6]
-    for i in range(3):
-        b.publish("exec_output", data=BLOB, n=i)
+    for _i in range(3):
+        b.publish(out(BLOB))
     assert kept(a) == [5, 6] and kept(b) == [1, 2, 3]  # a's 4 was the server's oldest
-    b.publish("exec_output", data=BLOB, n=3)
+    b.publish(out(BLOB))
     assert kept(a) == [5, 6] and kept(b) == [2, 3, 4]  # b's own limit first
     assert h.budget.bytes == a.replay.bytes + b.replay.bytes <= h.limits.total_bytes
 
 
 async def test_an_event_larger_than_a_session_is_sent_live_but_not_kept() -> None:
     bus = hub(session=64 * KiB).bus("s1")
-    bus.publish("exec_output", data="small")
+    bus.publish(out("small"))
     events = bus.subscribe(None)
     pending = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0)
-    big = bus.publish("tool_result", output="y" * (100 * KiB))
+    big = bus.publish(ToolResultEvent(tool="t", success=True, output="y" * (100 * KiB),
+                                           exec_id="e1"))
     assert (await asyncio.wait_for(pending, 1)).id == big.id  # the live reader has it
     await events.aclose()
     assert kept(bus) == [] and bus.replay.bytes == 0
-    bus.publish("exec_output", data="after")
+    bus.publish(out("after"))
     got = await collect(bus, 0)
     assert got[0].type == "resync" and got[0].data == {"missed": 2}
     assert [e.id for e in got[1:]] == [3]
@@ -131,12 +143,12 @@ async def test_idle_sessions_give_their_buffer_back_and_ids_keep_counting() -> N
     h = hub(idle=600.0, clock=clock)
     idle, watched, busy = h.bus("idle"), h.bus("watched"), h.bus("busy")
     for bus in (idle, watched, busy):
-        bus.publish("exec_output", data=BLOB)
+        bus.publish(out(BLOB))
     watcher = watched.subscribe(None)
     pending = asyncio.ensure_future(anext(watcher))
     await asyncio.sleep(0)
     clock.now += 590
-    busy.publish("exec_output", data=BLOB)
+    busy.publish(out(BLOB))
     assert h.sweep() == 0
     clock.now += 20  # idle and watched: 610 s without an event; busy: 20 s
     assert h.sweep() == 1
@@ -145,7 +157,7 @@ async def test_idle_sessions_give_their_buffer_back_and_ids_keep_counting() -> N
     pending.cancel()
     await asyncio.sleep(0)
     await watcher.aclose()
-    idle.publish("exec_output", data="back")
+    idle.publish(out("back"))
     assert kept(idle) == [2]
     got = await collect(idle, 0)
     assert got[0].type == "resync" and got[0].data == {"missed": 1}
@@ -153,7 +165,7 @@ async def test_idle_sessions_give_their_buffer_back_and_ids_keep_counting() -> N
 
 async def test_the_sweeper_runs_in_the_background() -> None:
     h = EventHub(ReplayLimits(idle_s=0.2))
-    h.bus("s").publish("exec_output", data=BLOB)
+    h.bus("s").publish(out(BLOB))
     task = h.start_sweeper()
     try:
         for _ in range(100):
@@ -170,11 +182,11 @@ async def test_the_sweeper_runs_in_the_background() -> None:
 def test_a_deleted_session_gives_its_bytes_back() -> None:
     h = hub()
     for name in ("a", "b"):
-        h.bus(name).publish("exec_output", data=BLOB)
+        h.bus(name).publish(out(BLOB))
     h.drop("a")
     assert h.budget.bytes == h.bus("b").replay.bytes > 0
     for i in range(200):  # many short-lived sessions leave no heap entries behind
-        h.bus(f"t{i}").publish("exec_output", data="x")
+        h.bus(f"t{i}").publish(out("x"))
         h.drop(f"t{i}")
     assert len(h.budget._heads) <= 2 * 1 + 64 + 1
 
@@ -184,8 +196,8 @@ async def test_a_reader_that_does_not_read_is_cut_off_by_bytes() -> None:
     events = bus.subscribe(None)
     first = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0)
-    for i in range(20):
-        bus.publish("exec_output", data=BLOB, n=i)
+    for _i in range(20):
+        bus.publish(out(BLOB))
     assert not bus.subscribers  # more than 64 KiB unread: cut off, resumes by Last-Event-ID
     with pytest.raises(StopAsyncIteration):
         await first
@@ -195,11 +207,13 @@ async def test_a_reader_that_does_not_read_is_cut_off_by_bytes() -> None:
 
 def test_an_event_is_encoded_once_and_counted_with_its_overhead() -> None:
     bus = hub().bus("s1")
-    event = bus.publish("tool_call", tool="t", args={"a": "é"}, exec_id="e1", id=99, type="x")
+    event = bus.publish(ToolCallEvent(tool="t", args={"a": "é"}, exec_id="e1"))
     assert event.exec_id == "e1"
     wire = json.loads(event.wire)
     assert wire["id"] == event.id == 1 and wire["type"] == "tool_call"
     assert event.data == {"tool": "t", "args": {"a": "é"}, "exec_id": "e1"}
+    with pytest.raises(ValueError):  # typed: no event carries an `id` of its own
+        ToolCallEvent(tool="t", args={}, exec_id="e1", id=99)  # type: ignore[call-arg]
     assert event_cost(event) == len(event.wire) + EVENT_OVERHEAD
     assert event.wire.isascii()
 
@@ -260,8 +274,8 @@ def test_what_is_counted_bounds_what_is_held(data: str) -> None:
     try:
         start = tracemalloc.get_traced_memory()[0]
         for i in range(20000):
-            buses[i % 8].publish("exec_output", exec_id="ex_0123456789abcdef01234567",
-                                 stream="stdout", data=data)
+            buses[i % 8].publish(ExecOutput(exec_id="ex_0123456789abcdef01234567",
+                                            stream="stdout", data=data))
         held = tracemalloc.get_traced_memory()[0] - start
     finally:
         tracemalloc.stop()

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 
 from runtime.api.deps import SessionUser, actor, get_services
 from runtime.api.schemas import ApprovalDecisionBody
+from runtime.events import ApprovalDecided
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
@@ -33,8 +34,6 @@ async def decide(
     approval = services.approvals.decide(
         principal.tenant_id, approval_id, body.decision, by=principal.token_id,
         role=principal.role)
-    services.hub.bus(approval.session).publish(
-        "approval_decided", approval_id=approval.id, status=approval.status,
-        decided_by=approval.decided_by,
-    )
+    services.hub.bus(approval.session).publish(ApprovalDecided(
+        approval_id=approval.id, status=approval.status, decided_by=approval.decided_by))
     return approval.public()

@@ -19,8 +19,8 @@ from runtime.api.deps import (
     get_services,
     owned_session,
 )
-from runtime.api.events import Event, SessionEventBus
 from runtime.errors import Forbidden, NaviError
+from runtime.events import Event, SessionEventBus
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 

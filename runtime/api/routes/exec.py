@@ -5,7 +5,9 @@ the execution's events as SSE instead (`tool_call`, live `exec_output`, then `to
 carrying the same result fields, or `error`). Either way every event also goes to the
 session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live, from the moment
 the tool is found and its arguments are valid: a refused request publishes nothing, and
-`tool_call` carries at most 64 KiB of arguments (`runtime.tools.event_args`).
+`tool_call` carries at most 64 KiB of arguments (`runtime.tools.event_args`). The call itself
+is `runtime.calls.SessionToolCall`'s, the same path the agent's calls take; this module only
+maps its typed result onto the response.
 """
 
 from __future__ import annotations
@@ -19,35 +21,30 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.sse import EventSourceResponse, format_sse_event
 
-from runtime.agent.live_output import LiveOutput as _LiveOutput
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.errors import status_for
 from runtime.api.schemas import ExecBody, ExecOut
 from runtime.api.services import Services
-from runtime.errors import NaviError, PolicyDenied
+from runtime.calls import CallRequest, Execution
+from runtime.errors import NaviError
+from runtime.events import ErrorEvent
 from runtime.executor import new_exec_id
 from runtime.policy.decision import Subject
-from runtime.tools import ToolContext, ToolResult
-from runtime.tools.event_args import event_args
+from runtime.tools import ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
 
-EXEC_FIELDS = ("exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
-               "duration_ms", "audit_seq", "timeout_s", "runtime")
+_EXEC_KEYS = frozenset(Execution.model_fields)
 
 
 def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
-    """Sandboxed tools carry the execution's fields in `metadata`; others map onto them."""
-    meta = dict(result.metadata)
-    if "exit_code" in meta:
-        fields = {k: meta.pop(k) for k in EXEC_FIELDS if k in meta}
-        ok = (fields.get("exit_code") == 0 and not fields.get("timed_out")
-              and not fields.get("oom_killed"))
-        meta.pop("exec_id", None)
-        return ExecOut(ok=ok, exec_id=exec_id, output=result.output or None, metadata=meta,
-                       error=result.error,
-                       **{"stdout": "", "stderr": "", "timed_out": False, "oom_killed": False,
-                          "truncated": False, "duration_ms": 0, "audit_seq": None, **fields})
+    """DESIGN's exec result: a sandboxed run's typed `execution` as it is; a tool that ran no
+    program maps onto the same fields (its output as stdout, `ok` its success)."""
+    meta = {k: v for k, v in result.metadata.items() if k not in _EXEC_KEYS}
+    run = result.execution
+    if run is not None:
+        return ExecOut(**run.model_dump(exclude={"exec_id"}), exec_id=exec_id,
+                       output=result.output or None, error=result.error, metadata=meta)
     return ExecOut(ok=result.success, exit_code=None, stdout=result.output,
                    stderr=result.error or "", timed_out=False, oom_killed=False, truncated=False,
                    duration_ms=0, exec_id=exec_id, audit_seq=None, output=result.output,
@@ -55,55 +52,10 @@ def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
 
 
 async def _run(services: Services, subject: Subject, body: ExecBody, exec_id: str) -> ExecOut:
-    bus = services.hub.bus(subject.session)
-    registry = services.tools.registry
-    builtins = registry.builtin_names()
-    workspace_path = await asyncio.to_thread(services.workspaces.verify, subject.tenant,
-                                             subject.session)
-    workspace = await asyncio.to_thread(services.workspaces.open, subject.tenant, subject.session)
-    ctx = ToolContext(subject=subject, workspace=workspace, workspace_path=workspace_path,
-                      executor=services.executor, on_output=_LiveOutput(bus, exec_id),
-                      timeout_s=body.timeout_s, exec_id=exec_id,
-                      approver=services.approver_for(bus))
-    try:
-        try:
-            tool, params = await registry.check(body.tool, body.args, ctx)
-        except NaviError as exc:  # no such tool or bad arguments: nothing is announced
-            _count_failure(services, services.metrics.tool_label(body.tool, builtins, found=False),
-                           exc)
-            raise
-        label = services.metrics.tool_label(body.tool, builtins, found=True)
-        shown = await asyncio.to_thread(event_args, body.args)  # linear in their size
-        bus.publish("tool_call", tool=body.tool, args=shown, exec_id=exec_id)
-        services.metrics.active.inc()
-        try:
-            result = await registry.run(tool, params, ctx)
-        except NaviError as exc:
-            _count_failure(services, label, exc)
-            extra = {"rule": exc.rule} if isinstance(exc, PolicyDenied) else {"code": exc.code}
-            bus.publish("tool_result", tool=body.tool, exec_id=exec_id, success=False,
-                        output="", error=exc.message, **extra)
-            raise
-        finally:
-            services.metrics.active.dec()
-    finally:
-        workspace.close()
-    out = exec_out(result, exec_id)
-    outcome = "ok" if out.ok else ("timeout" if out.timed_out else
-                                   "oom" if out.oom_killed else "failed")
-    services.metrics.executions.labels(label, outcome).inc()
-    services.metrics.duration.labels(label).observe(out.duration_ms / 1000)
-    bus.publish("tool_result", tool=body.tool, success=out.ok, output=result.output,
-                **out.model_dump(exclude={"output", "metadata"}))
-    return out
-
-
-def _count_failure(services: Services, label: str, exc: NaviError) -> None:
-    if isinstance(exc, PolicyDenied):
-        services.metrics.denials.labels(label, exc.rule).inc()
-        services.metrics.executions.labels(label, "denied").inc()
-    else:
-        services.metrics.executions.labels(label, exc.code).inc()
+    result = await services.calls(subject, CallRequest(tool=body.tool, args=body.args,
+                                                       timeout_s=body.timeout_s,
+                                                       exec_id=exec_id))
+    return exec_out(result, exec_id)
 
 
 @router.post("/{session_id}/exec", response_model=ExecOut,
@@ -146,7 +98,8 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
             await task
         exc = task.exception() if task.done() and not task.cancelled() else None
         if exc is not None:
-            yield _frame(json.dumps(_error_event(exc, exec_id), separators=(",", ":")), None)
+            yield _frame(json.dumps(_error_event(exc, exec_id).payload(), separators=(",", ":")),
+                         None)
     finally:
         pending.cancel()
         with contextlib.suppress(Exception):
@@ -157,13 +110,15 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
                 await task
 
 
-def _error_event(exc: BaseException, exec_id: str) -> dict[str, Any]:
+def _error_event(exc: BaseException, exec_id: str) -> ErrorEvent:
+    """The stream's last frame when the call failed (not on the bus: the caller's own)."""
     if not isinstance(exc, NaviError):
-        return {"type": "error", "exec_id": exec_id, "code": "internal_error", "status": 500,
-                "message": "internal error"}
-    details = {k: v for k, v in exc.details.items() if isinstance(v, str | int | float)}
-    return {"type": "error", "exec_id": exec_id, "code": exc.code, "status": status_for(exc),
-            "message": exc.message, **details}
+        return ErrorEvent(exec_id=exec_id, code="internal_error", status=500,
+                          message="internal error")
+    details = {k: v for k, v in exc.details.items()
+               if isinstance(v, str | int | float) and k not in ErrorEvent.model_fields}
+    return ErrorEvent(exec_id=exec_id, code=exc.code, status=status_for(exc),
+                      message=exc.message, **details)
 
 
 def _frame(data: str, event_id: int | None) -> bytes:

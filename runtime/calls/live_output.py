@@ -1,18 +1,15 @@
 """Live output of a sandboxed run as `exec_output` events on a session's bus.
 
-Shared by the agent loop and `POST /v1/sessions/{id}/exec`. Output arrives in byte chunks
-that may split a UTF-8 character; an incremental decoder per stream keeps text intact.
+Output arrives in byte chunks that may split a UTF-8 character; an incremental decoder per
+stream keeps text intact.
 """
 
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING
 
+from runtime.events import ExecOutput, SessionEventBus
 from runtime.sandbox.models import OutputChunk
-
-if TYPE_CHECKING:
-    from runtime.api.events import SessionEventBus
 
 
 class LiveOutput:
@@ -27,4 +24,4 @@ class LiveOutput:
     async def __call__(self, chunk: OutputChunk) -> None:
         text = self._decoders[chunk.stream].decode(chunk.data)
         if text:
-            self.bus.publish("exec_output", exec_id=self.exec_id, stream=chunk.stream, data=text)
+            self.bus.publish(ExecOutput(exec_id=self.exec_id, stream=chunk.stream, data=text))

@@ -1,0 +1,21 @@
+"""Tool calls in a session, one typed service for every caller (exec route, agent, MCP).
+
+Below `runtime.api` and `runtime.agent`, above the tool registry, the Executor and the event
+bus. See `runtime.calls.service`.
+"""
+
+from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
+from runtime.calls.images import MAX_IMAGES, image_blocks, image_refs
+from runtime.calls.live_output import LiveOutput
+from runtime.calls.service import (
+    CallOrigin,
+    CallRequest,
+    SessionToolCall,
+    describe_failure,
+)
+from runtime.executor import Execution
+
+__all__ = [
+    "EVENT_ERROR", "EVENT_TEXT", "MAX_IMAGES", "CallOrigin", "CallRequest", "Execution",
+    "LiveOutput", "SessionToolCall", "clip", "describe_failure", "image_blocks", "image_refs",
+]

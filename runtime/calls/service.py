@@ -1,0 +1,193 @@
+"""`SessionToolCall`: the one path by which a caller runs a tool in a session.
+
+The exec route (`POST /v1/sessions/{id}/exec`), the agent loop's tool calls and the MCP
+server all come here, so a call is assembled, announced, counted and reported one way:
+
+    open the workspace -> ToolContext -> registry.check (tool found, arguments valid)
+    -> `tool_call` event -> registry.run (policy, audit, Executor, sandbox; live
+    `exec_output`) -> metrics -> `tool_result` event -> the typed `ToolResult`
+
+A request `check` refuses announces nothing (no event) unless the caller announced it itself
+(`CallRequest.announced`: the agent shows every call its model made); every announced call
+gets exactly one `tool_result`. Errors propagate as `NaviError`s after they are counted
+and, for an announced call, reported; the caller maps them (HTTP status, a tool error the
+model reads). The result's `execution` is the typed run behind it (`Execution`: DESIGN's
+exec result fields, `ok` decided once), never rebuilt from `metadata`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
+from runtime.calls.images import image_refs
+from runtime.calls.live_output import LiveOutput
+from runtime.errors import NaviError, PolicyDenied
+from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent
+from runtime.executor import Approver, Executor, new_exec_id
+from runtime.metrics import Metrics, tool_label
+from runtime.policy.decision import Subject
+from runtime.tools.base import ToolContext, ToolResult
+from runtime.tools.event_args import event_args
+from runtime.tools.registry import ToolRegistry
+from runtime.workspace import Workspace, Workspaces
+
+TOOL_NAME_SHOWN = 200
+
+
+@dataclass(frozen=True)
+class CallOrigin:
+    """Where a call comes from, as its events say: an agent turn's step and call id."""
+
+    turn_id: str | None = None
+    call_id: str | None = None
+    iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One call. `args` are what the caller received (a JSON object, validated by the
+    registry); `timeout_s` is the caller's wish (the policy clamps it)."""
+
+    tool: str
+    args: Any
+    timeout_s: float | None = None
+    exec_id: str = field(default_factory=new_exec_id)
+    origin: CallOrigin = CallOrigin()
+    announced: bool = False  # the caller published this call's `tool_call` itself
+
+
+def describe_failure(exc: NaviError) -> str:
+    """A refused or failed call in one line, as a model (or a human) can act on it."""
+    if isinstance(exc, PolicyDenied):
+        return f"denied by policy (rule {exc.rule}): {exc.message}"
+    retry_after = exc.details.get("retry_after")
+    if exc.code == "quota_exceeded" and retry_after is not None:
+        return f"{exc.message}; retry after {retry_after} s"
+    if exc.code in ("invalid_input", "not_found"):
+        return exc.message
+    return f"{exc.code}: {exc.message}"
+
+
+class SessionToolCall:
+    """Runs tool calls for every caller; built once per app (`Services.calls`)."""
+
+    def __init__(self, *, registry: ToolRegistry, executor: Executor, workspaces: Workspaces,
+                 hub: EventHub, metrics: Metrics,
+                 approver_for: Callable[[SessionEventBus], Approver]) -> None:
+        self.registry = registry
+        self.executor = executor
+        self.workspaces = workspaces
+        self.hub = hub
+        self.metrics = metrics
+        self.approver_for = approver_for
+
+    def label(self, tool: str, *, found: bool) -> str:
+        """The call's metric label, from a closed set (callers name tools at will)."""
+        return tool_label(tool, self.registry.builtin_names(), found=found)
+
+    def announce(self, subject: Subject, request: CallRequest, shown_args: Any) -> None:
+        """Publish `tool_call` (for callers that announce before the call is checked)."""
+        self.hub.bus(subject.session).publish(ToolCallEvent(
+            tool=request.tool[:TOOL_NAME_SHOWN], args=shown_args, exec_id=request.exec_id,
+            **_origin(request)))
+
+    def refused(self, subject: Subject, request: CallRequest, error: str, code: str) -> None:
+        """A call its caller refused before it got here (e.g. a tool the profile does not
+        offer): counted, and reported as its `tool_result`."""
+        self.metrics.executions.labels(self.label(request.tool, found=False), code).inc()
+        self.hub.bus(subject.session).publish(ToolResultEvent(
+            tool=request.tool[:TOOL_NAME_SHOWN], success=False, error=clip(error, EVENT_ERROR),
+            exec_id=request.exec_id, code=code, **_origin(request)))
+
+    async def __call__(self, subject: Subject, request: CallRequest) -> ToolResult:
+        bus = self.hub.bus(subject.session)
+        # one worker-thread hop for the blocking parts: the session's disk and directory,
+        # and the arguments as events may show them (linear in their size)
+        path, workspace, shown = await asyncio.to_thread(self._prepare, subject, request)
+        ctx = ToolContext(subject=subject, workspace=workspace, workspace_path=path,
+                          executor=self.executor, on_output=LiveOutput(bus, request.exec_id),
+                          timeout_s=request.timeout_s, exec_id=request.exec_id,
+                          approver=self.approver_for(bus))
+        try:
+            try:
+                tool, params = await self.registry.check(request.tool, request.args, ctx)
+            except NaviError as exc:  # no such tool or bad arguments
+                self._failed(bus, request, self.label(request.tool, found=False), exc)
+                raise
+            label = self.label(request.tool, found=True)
+            if not request.announced:
+                bus.publish(ToolCallEvent(tool=request.tool[:TOOL_NAME_SHOWN], args=shown,
+                                          exec_id=request.exec_id, **_origin(request)))
+            self.metrics.active.inc()
+            try:
+                result = await self.registry.run(tool, params, ctx)
+            except NaviError as exc:
+                self._failed(bus, request, label, exc, announced=True)
+                raise
+            finally:
+                self.metrics.active.dec()
+        finally:
+            workspace.close()
+        if result.execution is None and ctx.execution is not None:
+            result = result.model_copy(update={"execution": ctx.execution})
+        self._count(label, result)
+        bus.publish(_result_event(request, result, ctx.decision_rule))
+        return result
+
+    def _prepare(self, subject: Subject, request: CallRequest
+                 ) -> tuple[Path, Workspace, Any]:
+        path = self.workspaces.verify(subject.tenant, subject.session)
+        workspace = self.workspaces.open(subject.tenant, subject.session)
+        shown = None if request.announced else event_args(request.args)
+        return path, workspace, shown
+
+    def _count(self, label: str, result: ToolResult) -> None:
+        run = result.execution
+        outcome = "ok" if result.success else "failed"
+        if run is not None and run.timed_out:
+            outcome = "timeout"
+        elif run is not None and run.oom_killed:
+            outcome = "oom"
+        self.metrics.executions.labels(label, outcome).inc()
+        if run is not None:
+            self.metrics.duration.labels(label).observe(run.duration_ms / 1000)
+
+    def _failed(self, bus: SessionEventBus, request: CallRequest, label: str, exc: NaviError,
+                *, announced: bool = False) -> None:
+        if isinstance(exc, PolicyDenied):
+            self.metrics.denials.labels(label, exc.rule).inc()
+            self.metrics.executions.labels(label, "denied").inc()
+        else:
+            self.metrics.executions.labels(label, exc.code).inc()
+        if announced or request.announced:
+            bus.publish(ToolResultEvent(
+                tool=request.tool[:TOOL_NAME_SHOWN], success=False,
+                error=clip(describe_failure(exc), EVENT_ERROR), exec_id=request.exec_id,
+                code=exc.code, rule=exc.rule if isinstance(exc, PolicyDenied) else None,
+                **_origin(request)))
+
+
+def _origin(request: CallRequest) -> dict[str, Any]:
+    o = request.origin
+    return {"turn_id": o.turn_id, "call_id": o.call_id, "iteration": o.iteration}
+
+
+def _result_event(request: CallRequest, result: ToolResult, rule: str | None
+                  ) -> ToolResultEvent:
+    run = result.execution
+    fields: dict[str, Any] = {}
+    if run is not None:
+        fields = run.model_dump(exclude={"exec_id"})
+        fields["stdout"] = clip(run.stdout, EVENT_TEXT)
+        fields["stderr"] = clip(run.stderr, EVENT_TEXT)
+    return ToolResultEvent(
+        tool=request.tool[:TOOL_NAME_SHOWN], success=result.success,
+        output=clip(result.output, EVENT_TEXT),
+        error=clip(result.error, EVENT_ERROR) if result.error else None,
+        exec_id=request.exec_id, rule=rule, images=image_refs(result) or None,
+        **_origin(request), **fields)

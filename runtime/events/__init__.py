@@ -1,0 +1,35 @@
+"""Session events: typed models, the per-session bus with byte-bounded replay, the hub.
+
+Below both `runtime.api` (which streams them over SSE and WebSocket) and `runtime.agent`
+(which publishes a turn's), so arrows point down from either.
+"""
+
+from runtime.events.bus import Event, EventHub, SessionEventBus
+from runtime.events.models import (
+    AnyEvent,
+    ApprovalDecided,
+    ApprovalRequired,
+    ErrorEvent,
+    ExecOutput,
+    ImageRef,
+    Notice,
+    Resync,
+    SessionEvent,
+    StopReason,
+    StreamDelta,
+    StreamEnd,
+    StreamStart,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolCallEvent,
+    ToolResultEvent,
+    Usage,
+)
+from runtime.events.replay import ReplayLimits
+
+__all__ = [
+    "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event", "EventHub",
+    "ExecOutput", "ImageRef", "Notice", "ReplayLimits", "Resync", "SessionEvent",
+    "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd", "StreamStart", "ThinkingDelta",
+    "ThinkingEnd", "ToolCallEvent", "ToolResultEvent", "Usage",
+]
