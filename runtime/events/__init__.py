@@ -4,12 +4,13 @@ Below both `runtime.api` (which streams them over SSE and WebSocket) and `runtim
 (which publishes a turn's), so arrows point down from either.
 """
 
-from runtime.events.bus import Event, EventHub, SessionEventBus
+from runtime.events.bus import EventHub, SessionEventBus
 from runtime.events.models import (
     AnyEvent,
     ApprovalDecided,
     ApprovalRequired,
     ErrorEvent,
+    Event,
     ExecOutput,
     ImageRef,
     Notice,

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from runtime.events.models import Resync, SessionEvent
+from runtime.events.models import Event, Resync, SessionEvent
 from runtime.events.replay import (
     ReplayBudget,
     ReplayBuffer,
@@ -31,37 +29,6 @@ from runtime.events.replay import (
 
 SUBSCRIBER_QUEUE = 4096
 MIN_SWEEP_S = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    id: int
-    type: str
-    ts: float
-    wire: str  # the JSON object subscribers receive (ASCII), encoded at publish
-    exec_id: str | None = None
-
-    @classmethod
-    def make(cls, id: int, body: SessionEvent, ts: float | None = None) -> Event:
-        """`id` and `ts` are the bus's (no event model has such fields)."""
-        ts = time.time() if ts is None else ts
-        data = body.payload()
-        wire = json.dumps({**data, "id": id, "ts": ts}, separators=(",", ":"), default=str)
-        exec_id = data.get("exec_id")
-        return cls(id, body.type, ts, wire, exec_id if isinstance(exec_id, str) else None)
-
-    def as_json(self) -> dict[str, Any]:
-        """The wire object."""
-        value: dict[str, Any] = json.loads(self.wire)
-        return value
-
-    @property
-    def data(self) -> dict[str, Any]:
-        """The payload, without the bus's `id`, `type` and `ts` (decoded on each access)."""
-        value = self.as_json()
-        for key in ("id", "type", "ts"):
-            value.pop(key, None)
-        return value
 
 
 class _Subscriber:

@@ -6,12 +6,17 @@ Publishers build one of these and hand it to `SessionEventBus.publish`; the bus 
 docstring (`runtime.agent.loop`) document; a field in `OMIT_WHEN_NONE` is left out of the
 wire object when it has no value (an event outside a turn carries no `turn_id`).
 
+`Event` is what the bus keeps and sends: a model encoded once, with its `id` and `ts`.
+
 `ToolResultEvent` carries an execution's fields (`runtime.calls.Execution`, the exec route's
 fields but `exec_id`) flat beside the tool's own, exactly when one ran.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -218,3 +223,34 @@ class Resync(SessionEvent):
 AnyEvent = (StreamStart | ThinkingDelta | ThinkingEnd | StreamDelta | StreamEnd | Notice
             | ErrorEvent | ToolCallEvent | ToolResultEvent | ExecOutput | ApprovalRequired
             | ApprovalDecided | Resync)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    type: str
+    ts: float
+    wire: str  # the JSON object subscribers receive (ASCII), encoded at publish
+    exec_id: str | None = None
+
+    @classmethod
+    def make(cls, id: int, body: SessionEvent, ts: float | None = None) -> Event:
+        """`id` and `ts` are the bus's (no event model has such fields)."""
+        ts = time.time() if ts is None else ts
+        data = body.payload()
+        wire = json.dumps({**data, "id": id, "ts": ts}, separators=(",", ":"), default=str)
+        exec_id = data.get("exec_id")
+        return cls(id, body.type, ts, wire, exec_id if isinstance(exec_id, str) else None)
+
+    def as_json(self) -> dict[str, Any]:
+        """The wire object."""
+        value: dict[str, Any] = json.loads(self.wire)
+        return value
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The payload, without the bus's `id`, `type` and `ts` (decoded on each access)."""
+        value = self.as_json()
+        for key in ("id", "type", "ts"):
+            value.pop(key, None)
+        return value

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from runtime.config import Settings
-    from runtime.events.bus import Event
+    from runtime.events.models import Event
 
 MiB = 1024 * 1024
 EVENT_OVERHEAD = 288  # bytes beside the wire text: Event, its exec_id, deque slot (measured ~270)
