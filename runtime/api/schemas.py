@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from runtime.executor import Execution
 from runtime.store import MAX_EXPIRES_IN_S
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -35,20 +36,10 @@ class ExecBody(StrictBody):
         description="seconds; above the policy maximum it is clamped (the result says)")
 
 
-class ExecOut(BaseModel):
-    ok: bool
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    oom_killed: bool
-    truncated: bool
-    duration_ms: int
-    exec_id: str
-    audit_seq: int | None
-    timeout_s: float | None = None
-    runtime: Literal["runc", "gvisor"] | None = Field(
-        None, description="the sandbox tier the call ran under (null: it started no container)")
+class ExecOut(Execution):
+    """DESIGN's exec result (`Execution`'s fields, `ok` as the Executor decided it) and what
+    the tool itself said."""
+
     output: str | None = Field(None, description="the tool's own output (e.g. a summary)")
     error: str | None = Field(None, description="why the tool failed, when it says")
     metadata: dict[str, Any] = Field(default_factory=dict)
