@@ -26,9 +26,10 @@ from runtime.calls import (
     CallRequest,
     SessionToolCall,
     describe_failure,
+    expected,
     image_blocks,
 )
-from runtime.errors import NaviError
+from runtime.errors import NaviError, PolicyDenied
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.tools import ToolResult
@@ -94,13 +95,11 @@ class ToolRunner:
         try:
             result = await self.calls(self.subject, request)
         except NaviError as exc:
-            if exc.code not in ("policy_denied", "quota_exceeded", "invalid_input",
-                                "not_found"):
+            if not expected(exc):
                 log.warning("agent_tool_failed", tool=call.name, code=exc.code,
                             message=exc.message)
-            rule = getattr(exc, "rule", None)
-            return _failed(call, request.exec_id, describe_failure(exc), code=exc.code,
-                           **({"rule": rule} if rule else {}))
+            rule = {"rule": exc.rule} if isinstance(exc, PolicyDenied) else {}
+            return _failed(call, request.exec_id, describe_failure(exc), code=exc.code, **rule)
         finally:
             self.running_exec = None
         return _succeeded(call, request.exec_id, result)

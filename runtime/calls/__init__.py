@@ -12,10 +12,12 @@ from runtime.calls.service import (
     CallRequest,
     SessionToolCall,
     describe_failure,
+    expected,
 )
 from runtime.executor import Execution
 
 __all__ = [
     "EVENT_ERROR", "EVENT_TEXT", "MAX_IMAGES", "CallOrigin", "CallRequest", "Execution",
-    "LiveOutput", "SessionToolCall", "clip", "describe_failure", "image_blocks", "image_refs",
+    "LiveOutput", "SessionToolCall", "clip", "describe_failure", "expected", "image_blocks",
+    "image_refs",
 ]

@@ -26,7 +26,7 @@ from typing import Any
 from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
 from runtime.calls.images import image_refs
 from runtime.calls.live_output import LiveOutput
-from runtime.errors import NaviError, PolicyDenied
+from runtime.errors import InvalidInput, NaviError, NotFound, PolicyDenied, QuotaExceeded
 from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent
 from runtime.executor import Approver, Executor, new_exec_id
 from runtime.metrics import Metrics, tool_label
@@ -65,12 +65,16 @@ def describe_failure(exc: NaviError) -> str:
     """A refused or failed call in one line, as a model (or a human) can act on it."""
     if isinstance(exc, PolicyDenied):
         return f"denied by policy (rule {exc.rule}): {exc.message}"
-    retry_after = exc.details.get("retry_after")
-    if exc.code == "quota_exceeded" and retry_after is not None:
-        return f"{exc.message}; retry after {retry_after} s"
-    if exc.code in ("invalid_input", "not_found"):
+    if isinstance(exc, QuotaExceeded):
+        return f"{exc.message}; retry after {exc.retry_after} s"
+    if isinstance(exc, InvalidInput | NotFound):
         return exc.message
     return f"{exc.code}: {exc.message}"
+
+
+def expected(exc: NaviError) -> bool:
+    """A refusal the caller's input explains (not a fault of the runtime worth a warning)."""
+    return isinstance(exc, PolicyDenied | QuotaExceeded | InvalidInput | NotFound)
 
 
 class SessionToolCall:
