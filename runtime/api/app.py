@@ -13,6 +13,7 @@ from runtime import __version__
 from runtime.agent import AgentService
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
+from runtime.api.data_disk import DataDiskGuard
 from runtime.api.errors import install_error_handlers
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(DataDiskGuard, data_dir=settings.data_dir)
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router):

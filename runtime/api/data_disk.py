@@ -1,0 +1,99 @@
+"""Refuse new work while the data filesystem is full or read-only, before anything starts.
+
+The data dir holds the audit log, the store and the session disks (sparse images). When the
+operator's own processes fill that filesystem, or the kernel remounts it read-only after an
+error, a call admitted anyway would fail half-way: an intent written but no outcome, a
+container writing into a session image that cannot grow (EIO inside), an upload cut short.
+So this ASGI middleware looks at the filesystem (``statvfs``, at most every
+``CHECK_INTERVAL_S``) before any route runs a request that changes state (POST, PUT, PATCH)
+and answers
+
+- 507 ``disk_full`` when less than ``floor_bytes`` are free (the margin the audit log, the
+  store and a call's outcome need),
+- 503 ``data_readonly`` when the filesystem is read-only (remounted so, or ext4's
+  emergency read-only state after an error, which only a write shows: a probe file is
+  made and removed) or gives I/O errors (DELETE too),
+
+with ``Retry-After``. Reads (GET) and DELETEs on a full disk still pass: they free space or
+change nothing. Nothing is recorded for a refused request (there is no room to record it);
+the server takes calls again by itself once space returns.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+MiB = 1024 * 1024
+FLOOR_BYTES = 32 * MiB
+CHECK_INTERVAL_S = 0.5
+WRITES = frozenset({"POST", "PUT", "PATCH"})
+
+
+class DataDiskGuard:
+    def __init__(self, app: ASGIApp, data_dir: Path, floor_bytes: int = FLOOR_BYTES) -> None:
+        self.app = app
+        self.data_dir = data_dir
+        self.floor_bytes = floor_bytes
+        self._checked = 0.0
+        self._state: tuple[int, str, str] | None = None
+
+    def state(self) -> tuple[int, str, str] | None:
+        """(status, code, message) while the data disk refuses writes, else None."""
+        now = time.monotonic()
+        if now - self._checked < CHECK_INTERVAL_S:
+            return self._state
+        self._checked = now
+        try:
+            st = os.statvfs(self.data_dir)
+        except OSError:
+            self._state = None  # not created yet, or gone: the routes say what is wrong
+            return None
+        free = st.f_bavail * st.f_frsize
+        if st.f_flag & os.ST_RDONLY or not self._writable():
+            self._state = (503, "data_readonly",
+                           "the server's data disk is read-only; ask the operator")
+        elif free < self.floor_bytes:
+            self._state = (507, "disk_full",
+                           f"the server's data disk is full ({free // MiB} MiB free, "
+                           f"{self.floor_bytes // MiB} MiB needed); ask the operator to free space")
+        else:
+            self._state = None
+        return self._state
+
+    def _writable(self) -> bool:
+        """Create and remove a probe file: ext4's emergency read-only state after an error
+        (`errors=remount-ro` on recent kernels) does not show in ``statvfs``."""
+        probe = self.data_dir / ".navi-write-probe"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            return exc.errno not in (errno.EROFS, errno.EIO)
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method", "")
+        if scope["type"] != "http" or (method not in WRITES and method != "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        refused = self.state()
+        if refused is None or (method == "DELETE" and refused[0] == 507):
+            await self.app(scope, receive, send)
+            return
+        status, code, message = refused
+        body: dict[str, Any] = {"error": {"code": code, "message": message}}
+        data = json.dumps(body).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode()),
+                                (b"retry-after", b"5")]})
+        await send({"type": "http.response.body", "body": data})
