@@ -60,7 +60,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,7 +73,7 @@ from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.quota import QuotaExceededFor, QuotaTracker
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
-from runtime.sandbox.models import ExecRequest, ExecResult, Mount
+from runtime.sandbox.models import ExecRequest, ExecResult, Execution, Mount
 
 log = get_logger(__name__)
 # An approver answers truthy to approve; its answer may carry `decided_by` for the audit.
@@ -96,27 +96,6 @@ class Invocation(BaseModel):
     workspace: Path | None = None
     workdir: str = "/workspace"
     mounts: list[Mount] = Field(default_factory=list)
-
-
-class Execution(BaseModel):
-    """DESIGN's exec result: what a caller (API, agent, CLI) is told about one execution.
-    `ok` is decided once, here: exit code 0, neither timed out nor out of memory."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ok: bool
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    oom_killed: bool
-    truncated: bool
-    duration_ms: int
-    exec_id: str
-    audit_seq: int | None
-    timeout_s: float | None = None
-    runtime: Literal["runc", "gvisor"] | None = Field(
-        None, description="the sandbox tier the call ran under (null: it started no container)")
 
 
 class ExecOutcome(BaseModel):

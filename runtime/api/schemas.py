@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from runtime.executor import Execution
+from runtime.sandbox.models import Execution
 from runtime.store import MAX_EXPIRES_IN_S
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"

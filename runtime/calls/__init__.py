@@ -14,7 +14,7 @@ from runtime.calls.service import (
     describe_failure,
     expected,
 )
-from runtime.executor import Execution
+from runtime.sandbox.models import Execution
 
 __all__ = [
     "EVENT_ERROR", "EVENT_TEXT", "MAX_IMAGES", "CallOrigin", "CallRequest", "Execution",

@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.errors import InvalidInput
-from runtime.executor import Execution
 from runtime.policy.decision import Action, Subject
 from runtime.sandbox.backend import OutputCallback
+from runtime.sandbox.models import Execution
 
 ToolGroup = Literal[
     "group:exec",

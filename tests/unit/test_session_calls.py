@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from runtime.calls import CallOrigin, CallRequest
+from runtime.calls import CallOrigin, CallRequest, Execution
 from runtime.errors import InvalidInput, NotFound, PolicyDenied
 from runtime.events import Event, ExecOutput, Notice, ToolResultEvent
-from runtime.executor import Execution
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import OutputChunk
 from tests.fakes.agent_harness import AgentHarness
