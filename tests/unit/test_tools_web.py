@@ -235,6 +235,7 @@ async def test_an_allowed_call_asks_the_sandbox_for_exactly_this_fetch(
     assert meta["status"] == 200 and meta["url"] == "https://pypi.org/simple/"
     assert meta["headers"] == {"Content-Type": "text/plain", "X-Other": "1"}
     assert meta["stdout"] == "" and meta["exit_code"] == 0 and meta["exec_id"]
+    assert result.execution is not None and result.execution.stdout == ""  # the API's stdout
     [request] = backend.requests
     assert isinstance(request, ExecRequest)
     assert request.image == "navi/python:latest" and request.argv[:3] == ["python3", "-I", "-c"]

@@ -40,11 +40,13 @@ _EXEC_KEYS = frozenset(Execution.model_fields)
 def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
     """DESIGN's exec result: a sandboxed run's typed `execution` as it is; a tool that ran no
     program maps onto the same fields (its output as stdout, `ok` its success)."""
-    meta = {k: v for k, v in result.metadata.items() if k not in _EXEC_KEYS}
     run = result.execution
-    if run is not None:
-        return ExecOut(**run.model_dump(exclude={"exec_id"}), exec_id=exec_id,
-                       output=result.output or None, error=result.error, metadata=meta)
+    if run is not None:  # what the tool says beyond its run (e.g. a fetched body's `truncated`)
+        said = run.model_dump()
+        meta = {k: v for k, v in result.metadata.items() if k not in said or said[k] != v}
+        return ExecOut(**{**said, "exec_id": exec_id}, output=result.output or None,
+                       error=result.error, metadata=meta)
+    meta = {k: v for k, v in result.metadata.items() if k not in _EXEC_KEYS}
     return ExecOut(ok=result.success, exit_code=None, stdout=result.output,
                    stderr=result.error or "", timed_out=False, oom_killed=False, truncated=False,
                    duration_ms=0, exec_id=exec_id, audit_seq=None, output=result.output,

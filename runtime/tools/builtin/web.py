@@ -104,7 +104,9 @@ class _WebTool(BuiltinTool):
         # No session files for a fetch: the container gets the proxy socket and nothing else.
         bare = dataclasses.replace(ctx, workspace_path=None)
         outcome = await run_sandboxed(bare, action, invocation)
-        return self._result(params, outcome)
+        # the exec result without the fetcher's JSON answer: its contents are the result's
+        execution = outcome.execution.model_copy(update={"stdout": ""})
+        return self._result(params, outcome).model_copy(update={"execution": execution})
 
     @staticmethod
     def _preview(ctx: ToolContext, action: Action) -> Decision | None:
