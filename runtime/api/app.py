@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from runtime import __version__
 from runtime.agent import AgentService
+from runtime.agent.recovery import close_interrupted_turns
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.data_disk import DataDiskGuard
@@ -54,6 +55,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                          on_append=metrics.audit_write.observe)
         await audit.open()
         opened.append(audit.close)
+        await close_interrupted_turns(store)  # holding the audit lock: no other server
         workspaces = Workspaces.from_settings(settings)
         await asyncio.to_thread(workspaces.start)  # before the backend mounts anything
         opened.append(lambda: asyncio.to_thread(workspaces.close))

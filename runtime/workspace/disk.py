@@ -39,6 +39,7 @@ from pathlib import Path
 
 from runtime.errors import DiskFull, DiskQuotaExceeded, SandboxError
 from runtime.logging import get_logger
+from runtime.workspace.leftovers import sweep_temp_files
 from runtime.workspace.mount_table import mounts_under, release
 
 log = get_logger(__name__)
@@ -154,6 +155,7 @@ class SessionDisks:
             if str(session_dir) not in mounts_under(session_dir.parent):
                 _run(("mount", "-o", MOUNT_OPTIONS, str(image), str(session_dir)))
                 os.chmod(session_dir, 0o711)
+                sweep_temp_files(session_dir)  # a killed supervisor's half-written uploads
             self._mounted.add(session_dir)
 
     def remove(self, session_dir: Path) -> None:
