@@ -4,7 +4,8 @@
 Protocol (the supervisor side is runtime/tools/user/tool.py):
 - the tool file is mounted read-only at /opt/navi/tool.py (TOOL_PATH overrides, for tests);
 - stdin carries the call's params as one JSON object;
-- NAVI_TOOL_SHA256 names the content that may run: the runner reads the file once, refuses
+- its argument (argv[1]) names the SHA-256 of the content that may run: the runner reads
+  the file once, refuses
   it unless its SHA-256 is that, and executes exactly the bytes it hashed (never the path
   again), so what runs is what the audit intent's tool_hash names;
 - stdout carries exactly one JSON line: {"ok": true, "result": "...", "sha256": "..."} or
@@ -28,7 +29,7 @@ import traceback
 import types
 
 TOOL_PATH = os.environ.get("NAVI_TOOL_PATH", "/opt/navi/tool.py")
-EXPECTED_SHA256 = os.environ.get("NAVI_TOOL_SHA256")
+EXPECTED_SHA256 = sys.argv[1] if len(sys.argv) > 1 else None
 MAX_TOOL_BYTES = 4 * 1024 * 1024
 MAX_PARAMS_BYTES = 1024 * 1024
 MAX_RESULT_CHARS = 512 * 1024

@@ -54,8 +54,7 @@ def run_shim(
         "--security-opt", "no-new-privileges", "--user", "65534:65534",
         "--tmpfs", "/tmp:rw,noexec,nosuid,nodev,size=16m", "--pids-limit", "64",
         "-v", f"{runner}:/opt/navi/runner.py:ro", "-v", f"{tool}:{TOOL_MOUNT}:ro",
-        *(["-e", f"NAVI_TOOL_SHA256={expect}"] if expect else []),
-        image, *RUNNER_ARGV,
+        image, *RUNNER_ARGV, *([expect] if expect else []),
     ]
     proc = subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr

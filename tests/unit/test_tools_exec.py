@@ -124,7 +124,7 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     tested = await reg.invoke("test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
     assert tested.success and tested.output == "HI"
     req: ExecRequest = rig.backend.requests[-1]
-    assert req.image == "navi/tools-runner:latest" and req.argv == RUNNER_ARGV
+    assert req.image == "navi/tools-runner:latest" and req.argv[:-1] == RUNNER_ARGV
     assert json.loads(req.stdin) == {"text": "hi"}
     [mount] = req.mounts
     assert mount.target == TOOL_MOUNT and mount.read_only
@@ -132,7 +132,7 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     assert mount.source.name == f"{digest}.py" and mount.source.parent.name == ".objects"
     assert mount.source.read_bytes() == (
         rig.services.user_tools.store.tenant_dir("t1") / "shout.py").read_bytes()
-    assert req.env["NAVI_TOOL_SHA256"] == digest
+    assert req.argv[-1] == digest and "NAVI_TOOL_SHA256" not in req.env
 
     reloaded = await reg.invoke("reload_tools", {}, ctx)
     assert "shout" in reloaded.metadata["loaded"]

@@ -3,7 +3,7 @@
 The supervisor never imports the file. A call verifies the file still hashes to what was
 loaded and mounts an immutable copy named by that hash (``UserToolStore.snapshot``), then
 asks the Executor to run `python3 -I /opt/navi/runner.py` in the tools-runner image with the
-copy bind-mounted read-only at `/opt/navi/tool.py`, its hash in ``NAVI_TOOL_SHA256`` (the
+copy bind-mounted read-only at `/opt/navi/tool.py`, its hash as the runner's argument (the
 runner refuses other bytes and executes exactly the bytes it hashed, and reports the hash),
 the params as JSON on stdin and the session workspace as the working directory. The
 runner's single stdout line `{ok, result}` / `{ok: false, error}` becomes the `ToolResult`;
@@ -29,7 +29,6 @@ from runtime.tools.user.descriptor import validate_params
 from runtime.tools.user.store import LoadedUserTool, UserToolStore
 
 TOOL_MOUNT = "/opt/navi/tool.py"
-TOOL_HASH_ENV = "NAVI_TOOL_SHA256"
 RUNNER_ARGV = ["python3", "-I", "-B", "/opt/navi/runner.py"]
 MAX_PARAMS_BYTES = 1024 * 1024
 USER_TOOLS_GROUP = "group:user_tools"
@@ -40,9 +39,8 @@ def runner_call(tool: LoadedUserTool, params: dict[str, Any], source: Path) -> I
     ``source`` is the content-addressed copy of its file."""
     stdin = json.dumps(params, ensure_ascii=False).encode("utf-8")
     return Invocation(
-        argv=list(RUNNER_ARGV),
+        argv=[*RUNNER_ARGV, tool.descriptor.sha256],
         stdin=stdin,
-        env={TOOL_HASH_ENV: tool.descriptor.sha256},
         mounts=[Mount(source=source, target=TOOL_MOUNT, read_only=True)],
     )
 
