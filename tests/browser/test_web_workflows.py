@@ -175,8 +175,12 @@ def test_audit_view_filters_and_verifies(page, server: Server, tenant: Tenant) -
     rows = page.locator("#audit-rows tr")
     rows.first.wait_for()
     kinds = rows.locator("td:nth-child(3)").all_inner_texts()
-    assert {"intent", "outcome"} <= set(kinds)
-    assert set(rows.locator("td:nth-child(5)").all_inner_texts()) == {"code_exec"}
+    actions = rows.locator("td:nth-child(4)").all_inner_texts()
+    tools = rows.locator("td:nth-child(6)").all_inner_texts()
+    objects = rows.locator("td:nth-child(7)").all_inner_texts()
+    assert {"intent", "outcome", "action"} <= set(kinds)
+    assert {t for k, t in zip(kinds, tools, strict=True) if k != "action"} == {"code_exec"}
+    assert ("session.create", session) in set(zip(actions, objects, strict=True))
     assert rows.locator("td[title]").first.get_attribute("title") is not None
 
     filters.get_by_label("Since (seq or ISO time)").fill("yesterday")

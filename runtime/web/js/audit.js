@@ -4,10 +4,13 @@
 import { describeError } from "./api.js";
 import { h, clear, formatTime, shortId } from "./dom.js";
 
+// `action` is "exec" for executions, else the state change (session.create, file.write, …)
+// and `object` what it touched (a path, a session, a token id, a tool name).
 const COLUMNS = [
-  ["seq", "Seq"], ["ts", "Time"], ["kind", "Kind"], ["session", "Session"], ["tool", "Tool"],
-  ["decision", "Decision"], ["rule", "Rule"], ["exit_code", "Exit"], ["duration_ms", "ms"],
-  ["exec_id", "Exec"], ["hash", "Hash"],
+  ["seq", "Seq"], ["ts", "Time"], ["kind", "Kind"], ["action", "Action"],
+  ["session", "Session"], ["tool", "Tool"], ["object", "Object"], ["decision", "Decision"],
+  ["rule", "Rule"], ["exit_code", "Exit"], ["duration_ms", "ms"], ["exec_id", "Exec"],
+  ["hash", "Hash"],
 ];
 
 export class AuditView {
