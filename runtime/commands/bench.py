@@ -9,6 +9,7 @@ import typer
 
 from bench.audit_bench import cli as audit_bench_cli
 from bench.disk_bench import cli as disk_bench_cli
+from bench.soak import cli as soak_cli
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import configure_logging
@@ -16,6 +17,7 @@ from runtime.logging import configure_logging
 app = typer.Typer(help="Benchmarks; results go to bench/results/*.json.", no_args_is_help=True)
 app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 app.command("disk")(disk_bench_cli)  # code and docs: bench/disk_bench.py
+app.command("soak")(soak_cli)  # code and docs: bench/soak.py
 
 
 @app.command("exec")
