@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -108,6 +109,7 @@ class Soak:
         self.clients = clients
         self.tenants = tenants
         self.sample_s = sample_s
+        self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="navi-soak-"))
         self.data = self.workdir / "data"
         self.samples: list[dict[str, Any]] = []
@@ -300,6 +302,8 @@ class Soak:
                   "containers_after_stop": _containers(self.instance),
                   "samples": self.samples}
         result["flatness"] = flatness(self.samples, self._count)
+        if self._own_workdir and not result["mounts_after_stop"]:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return result
 
 
