@@ -53,6 +53,21 @@ WORKSPACE = "workspace"
 ARTIFACTS = "artifacts"
 
 
+def _image_stats(tenant_dir: Path) -> list[os.stat_result]:
+    """The stats of a tenant's session images; one deleted meanwhile (a concurrent session
+    delete: the soak found it as a 500 on session create) is skipped, not an error."""
+    stats = []
+    try:
+        entries = list(os.scandir(tenant_dir))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if entry.name.endswith(".img"):
+            with contextlib.suppress(FileNotFoundError):
+                stats.append(entry.stat(follow_symlinks=False))
+    return stats
+
+
 def loop_mounts_available() -> bool:
     return (os.geteuid() == 0 and os.path.exists("/dev/loop-control")
             and shutil.which("mkfs.ext4") is not None)
@@ -83,11 +98,7 @@ class SessionDisks:
 
     def tenant_allocated(self, tenant_dir: Path) -> int:
         """Bytes the tenant's session images may hold together (their sizes)."""
-        try:
-            return sum(entry.stat(follow_symlinks=False).st_size
-                       for entry in os.scandir(tenant_dir) if entry.name.endswith(".img"))
-        except FileNotFoundError:
-            return 0
+        return sum(st.st_size for st in _image_stats(tenant_dir))
 
     def _growth_left(self) -> int:
         """What all images under root may still write: their sizes less what they hold."""
@@ -95,10 +106,8 @@ class SessionDisks:
         for tenant in os.scandir(self.root):
             if not tenant.is_dir(follow_symlinks=False):
                 continue
-            for entry in os.scandir(tenant.path):
-                if entry.name.endswith(".img"):
-                    st = entry.stat(follow_symlinks=False)
-                    total += max(0, st.st_size - st.st_blocks * 512)
+            for st in _image_stats(Path(tenant.path)):
+                total += max(0, st.st_size - st.st_blocks * 512)
         return total
 
     def admit(self, tenant_dir: Path, size: int, tenant_limit: int) -> None:
