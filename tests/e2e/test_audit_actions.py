@@ -18,7 +18,11 @@ def test_session_file_and_tool_changes_are_audited(server: Server) -> None:
         assert put.status_code == 201
         assert client.delete(f"/v1/sessions/{session}/files/dir/a.txt").status_code == 204
         assert client.delete(f"/v1/sessions/{session}/files/nope.txt").status_code == 404
-        for tool, args in (("write_tool", {"name": "probe", "code": TOOL}),
+        for tool, args in (("filesystem", {"action": "write", "path": "b.txt", "content": "y"}),
+                           ("filesystem", {"action": "move", "path": "b.txt",
+                                           "destination": "c.txt"}),
+                           ("filesystem", {"action": "delete", "path": "c.txt"}),
+                           ("write_tool", {"name": "probe", "code": TOOL}),
                            ("reload_tools", {}), ("delete_tool", {"name": "probe"})):
             done = client.post(f"/v1/sessions/{session}/exec", json={"tool": tool, "args": args})
             assert done.status_code == 200 and done.json()["ok"], done.text
@@ -28,6 +32,7 @@ def test_session_file_and_tool_changes_are_audited(server: Server) -> None:
     changes = [(r["action"], r["object"]) for r in records if r["kind"] == "action"]
     assert changes == [
         ("session.create", session), ("file.write", "dir/a.txt"), ("file.delete", "dir/a.txt"),
+        ("file.write", "b.txt"), ("file.move", "b.txt"), ("file.delete", "c.txt"),
         ("tool.write", "probe"), ("tool.reload", "*"), ("tool.delete", "probe"),
         ("session.delete", session),
     ]  # the delete of a missing file was refused (404) before anything was recorded

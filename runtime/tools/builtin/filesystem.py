@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from runtime.errors import InvalidInput
-from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult, record_change
 
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_CHARS = 10 * 1024 * 1024
@@ -76,6 +76,7 @@ class FilesystemTool(BuiltinTool):
             return ToolResult.ok(text, path=params.path, size=len(data))
         if action == "write":
             assert params.content is not None
+            await record_change(ctx, "file.write", params.path)
             entry = await asyncio.to_thread(
                 ws.write_bytes, params.path, params.content.encode("utf-8")
             )
@@ -91,9 +92,13 @@ class FilesystemTool(BuiltinTool):
             listing = [e.model_dump() for e in shown]
             return ToolResult.ok("\n".join(lines) or "(no files)", files=listing)
         if action == "delete":
+            await asyncio.to_thread(ws.stat, params.path)  # a missing file: no record
+            await record_change(ctx, "file.delete", params.path)
             await asyncio.to_thread(ws.delete, params.path)
             return ToolResult.ok(f"deleted {params.path}", path=params.path)
         assert params.destination is not None
+        await asyncio.to_thread(ws.stat, params.path)
+        await record_change(ctx, "file.move", params.path, detail=f"to {params.destination}")
         stat = await asyncio.to_thread(
             ws.move, params.path, params.destination, overwrite=params.overwrite
         )
