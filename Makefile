@@ -4,7 +4,8 @@
 #
 #   make run  [HOST=127.0.0.1] [PORT=8000]
 #   make test [PYTEST_ARGS='-k images -x']
-#   make setup | make images [IMAGES='python'] [IMAGES_BASE=debian:bookworm-slim] | make lint
+#   make setup | make images [IMAGES='python'] [IMAGES_BASE=debian:bookworm-slim]
+#   make lint (ruff + mypy; .ci/run runs it after the tests)
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -36,3 +37,4 @@ images: setup
 
 lint:
 	$(VENV)/bin/ruff check runtime tests bench
+	$(VENV)/bin/mypy runtime
