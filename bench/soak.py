@@ -77,6 +77,8 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+        if self.popen.stdout is not None:
+            self.popen.stdout.close()
         self.log_file.close()
 
 
