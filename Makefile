@@ -17,9 +17,14 @@ export NAVI_DATA_DIR IMAGES_BASE
 
 VENV := .venv
 
-.PHONY: run test setup images lint
+.PHONY: run test setup images lint models
 
 run: setup
+	@if [ -z "$$NAVI_OLLAMA_HOST$$NAVI_OPENAI_BASE_URL" ] && ! $(VENV)/bin/navi models status | grep -q ': installed'; then \
+	    echo "==> no model server configured and the embedded model is not installed: the first agent"; \
+	    echo "    message will build it (about 5 min on 2 cores). Run \`make models\` now, or point"; \
+	    echo "    NAVI_OLLAMA_HOST (or NAVI_OPENAI_BASE_URL) at a model server (README: Which model answers)."; \
+	fi
 	exec $(VENV)/bin/navi serve --host '$(HOST)' --port '$(PORT)'
 
 # PYTEST_EXIT_FILE (used by .ci/run) receives pytest's own exit code: make only says "failed".
@@ -31,6 +36,10 @@ test:
 
 setup:
 	@bash scripts/setup.sh
+
+# The embedded model, built ahead of time (about 5 minutes on two cores, once)
+models: setup
+	$(VENV)/bin/navi models install
 
 images: setup
 	$(VENV)/bin/navi images build $(if $(IMAGES_BASE),--base '$(IMAGES_BASE)') $(IMAGES)

@@ -11,6 +11,7 @@ from runtime.commands import (
     doctor,
     exec_cmd,
     images,
+    models,
     policy,
     serve,
     tokens,
@@ -33,6 +34,7 @@ app.add_typer(audit.app, name="audit")
 app.add_typer(policy.app, name="policy")
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(bench.app, name="bench")
+app.add_typer(models.app, name="models")
 
 
 def main() -> None:

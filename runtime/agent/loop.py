@@ -222,7 +222,8 @@ class Turn:
                     answer.served_by = chunk.served_by
                 elif isinstance(chunk, Notice):
                     self.events.emit(NoticeEvent(turn_id=self.s.turn_id,
-                                                 message=clip(chunk.text, 2000)))
+                                                 message=clip(chunk.text, 2000),
+                                                 phase=chunk.phase, progress=chunk.progress))
         self.events.end_thinking()
         self.events.flush()
         answer.text = "".join(text)

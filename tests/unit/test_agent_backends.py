@@ -240,7 +240,7 @@ class StubEmbedded:
     def installed(self) -> bool:
         return False
 
-    async def ensure(self) -> str:
+    async def ensure(self, on_progress: object = None) -> str:
         self.ensured += 1
         return self.url
 

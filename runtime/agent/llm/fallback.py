@@ -9,6 +9,7 @@ the primary is tried again every `retry_primary_s`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator
 
@@ -67,8 +68,34 @@ class FallbackBackend:
         async for chunk in self._embedded(request):
             yield chunk
 
+    async def _ready(self) -> AsyncGenerator[Notice | str, None]:
+        """The embedded server's URL (last), after a Notice per install phase on the way."""
+        heard: asyncio.Queue[Notice] = asyncio.Queue()
+
+        def on_progress(phase: str, fraction: float, message: str) -> None:
+            heard.put_nowait(Notice(message, phase=phase, progress=round(fraction, 3)))
+
+        task = asyncio.ensure_future(self.embedded.ensure(on_progress))
+        try:
+            while not task.done() or not heard.empty():
+                getter = asyncio.ensure_future(heard.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            yield task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
     async def _embedded(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
-        url = await self.embedded.ensure()
+        url = ""
+        async for step in self._ready():
+            if isinstance(step, Notice):
+                yield step
+            else:
+                url = step
         if self._backend is None or self._backend.base_url != url:
             if self._backend is not None:
                 await self._backend.close()

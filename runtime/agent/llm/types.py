@@ -94,9 +94,12 @@ class Done:
 
 @dataclass(frozen=True)
 class Notice:
-    """Something the user should know about how the answer is served (not model output)."""
+    """Something the user should know about how the answer is served (not model output);
+    while the embedded model is prepared, its ``phase`` and ``progress`` (0..1)."""
 
     text: str
+    phase: str | None = None
+    progress: float | None = None
 
 
 Chunk = ThinkingDelta | TextDelta | ToolCallChunk | Done | Notice
