@@ -172,8 +172,8 @@ class Executor:
             tenant=subject.tenant, session=subject.session, exec_id=exec_id
         ):
             try:
-                slot = self.quotas.acquire(subject.tenant,
-                                           self.engine.quotas(subject.policy_tenant))
+                slot = await self.quotas.admit(subject.tenant,
+                                               self.engine.quotas(subject.policy_tenant))
             except QuotaExceeded as exc:
                 quota = exc.quota if isinstance(exc, QuotaExceededFor) else "quota"
                 await self.audit.append(AuditEntry(

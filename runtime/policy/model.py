@@ -115,6 +115,8 @@ class QuotasSpec(Strict):
     upload_mb: int | None = Field(None, ge=1, le=65536)
     tenant_disk_mb: int | None = Field(None, ge=16, le=16777216,
                                        description="all of the tenant's sessions together")
+    queue_depth: int | None = Field(None, ge=0, le=1024,
+                                    description="calls that may wait past max_concurrent")
     sessions_per_tenant: int | None = Field(None, ge=1, le=100000)
 
 
@@ -127,6 +129,7 @@ class Quotas(Strict):
     upload_mb: int = 100
     tenant_disk_mb: int = 10240
     sessions_per_tenant: int = 100
+    queue_depth: int = 8
 
 
 class Defaults(Strict):

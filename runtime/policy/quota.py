@@ -1,13 +1,16 @@
 """Per-tenant admission: concurrent executions and executions per minute (in memory).
 
 The Executor asks before deciding anything; a refusal is ``QuotaExceeded(retry_after=s)``
-(HTTP 429 with ``Retry-After``). Limits come from ``PolicyEngine.quotas(tenant)`` so an
-edited policy applies to the next call. The count is per process: several supervisors on
-one data dir each enforce the quota on their own share.
+(HTTP 429 with ``Retry-After``). A call beyond ``max_concurrent`` waits, first come first
+served, in its tenant's own queue of at most ``queue_depth`` calls (for at most
+``MAX_WAIT_S``): one tenant's flood fills only its own queue, then gets 429s. Limits come
+from ``PolicyEngine.quotas(tenant)`` so an edited policy applies to the next call. The count
+is per process: several supervisors on one data dir each enforce the quota on their share.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -18,13 +21,14 @@ from runtime.errors import QuotaExceeded
 from runtime.policy.model import Quotas
 
 WINDOW_S = 60.0
+MAX_WAIT_S = 60.0
 
 
 class QuotaExceededFor(QuotaExceeded):
     """A ``QuotaExceeded`` that also says which quota (for the audit rule id)."""
 
     def __init__(self, message: str, *, retry_after: int,
-                 quota: Literal["max_concurrent", "execs_per_minute"]) -> None:
+                 quota: Literal["max_concurrent", "execs_per_minute", "queue_depth"]) -> None:
         super().__init__(message, retry_after=retry_after, quota=quota)
         self.quota = quota
 
@@ -48,6 +52,38 @@ class QuotaTracker:
         self._clock = clock
         self._active: dict[str, int] = {}
         self._starts: dict[str, deque[float]] = {}
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+
+    def waiting(self, tenant: str) -> int:
+        return len(self._waiting.get(tenant, ()))
+
+    async def admit(self, tenant: str, quotas: Quotas, max_wait_s: float = MAX_WAIT_S
+                    ) -> QuotaSlot:
+        """Admit one execution, waiting in the tenant's queue while it runs its maximum;
+        ``QuotaExceeded`` when the queue is full, the wait too long or the rate spent."""
+        if self._active.get(tenant, 0) < quotas.max_concurrent and not self.waiting(tenant):
+            return self.acquire(tenant, quotas)
+        queue = self._waiting.setdefault(tenant, deque())
+        if len(queue) >= quotas.queue_depth:
+            raise QuotaExceededFor(
+                f"tenant has {quotas.max_concurrent} executions running and "
+                f"{len(queue)} waiting (max_concurrent, queue_depth)",
+                retry_after=1, quota="queue_depth" if quotas.queue_depth else "max_concurrent")
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(turn)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), max_wait_s)
+        except TimeoutError:
+            raise QuotaExceededFor(
+                f"waited {max_wait_s:g} s for one of the tenant's {quotas.max_concurrent} "
+                "executions to end (max_concurrent)", retry_after=1,
+                quota="max_concurrent") from None
+        finally:
+            if turn in queue:
+                queue.remove(turn)
+            if not queue:
+                self._waiting.pop(tenant, None)
+        return self.acquire(tenant, quotas)
 
     def active(self, tenant: str) -> int:
         return self._active.get(tenant, 0)
@@ -74,6 +110,10 @@ class QuotaTracker:
         return QuotaSlot(self, tenant)
 
     def _release(self, tenant: str) -> None:
+        for turn in self._waiting.get(tenant, ()):  # the next in line may go now
+            if not turn.done():
+                turn.set_result(None)
+                break
         left = self._active.get(tenant, 0) - 1
         if left > 0:
             self._active[tenant] = left

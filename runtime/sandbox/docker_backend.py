@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,7 @@ class DockerBackendConfig(BaseModel):
     # container's seccomp profile enforced inside too, the egress socket reachable).
     engine_runtimes: dict[str, str] = Field(
         default_factory=lambda: {"runc": "runc", "gvisor": "runsc"})
+    tenant_cgroups: bool = Field(True, description="a cgroup parent per tenant (fair CPU)")
 
     @property
     def artifacts_dir(self) -> Path:
@@ -144,6 +146,7 @@ class DockerBackend(WarmLaunchMixin):
         self._removals: set[asyncio.Future[None]] = set()
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
+        self._cgroup_driver = "cgroupfs"
 
     @classmethod
     def from_settings(
@@ -169,7 +172,9 @@ class DockerBackend(WarmLaunchMixin):
             if self.config.harden_workspaces_root:
                 self.workspaces_root_state = ensure_nosuid_nodev(self.config.workspaces_root)
             self._api = await self._call(self._connect)
-            self._runtimes = await self._call(self._engine_runtimes)
+            info = await self._call(self._engine_info)
+            self._runtimes = frozenset(info.get("Runtimes") or {"runc": {}})
+            self._cgroup_driver = str(info.get("CgroupDriver") or "cgroupfs")
             log.info("docker_backend_started", instance=self._instance_id,
                      runtimes=sorted(self._runtimes))
 
@@ -299,9 +304,22 @@ class DockerBackend(WarmLaunchMixin):
                 return beside
         return self.config.artifacts_dir / request.session
 
+    def _cgroup_parent(self, tenant: str) -> str | None:
+        """Each tenant's containers under a cgroup of the tenant's own: CPU is then shared
+        between tenants (equal weights), not between containers, so one tenant running its
+        maximum cannot take the CPU from another's calls (DESIGN: fair share)."""
+        if not self.config.tenant_cgroups or not re.fullmatch(r"[A-Za-z0-9_.-]{1,48}", tenant):
+            return None
+        if self._cgroup_driver == "systemd":
+            return f"navi-{tenant.replace('-', '_')}.slice"
+        return f"/navi/{tenant}"
+
+    def _engine_info(self) -> dict[str, Any]:
+        with map_docker_errors("read the engine's runtimes and cgroup driver"):
+            return dict(self.api.info())
+
     def _engine_runtimes(self) -> frozenset[str]:
-        with map_docker_errors("read the engine's runtimes"):
-            return frozenset(self.api.info().get("Runtimes") or {"runc": {}})
+        return frozenset(self._engine_info().get("Runtimes") or {"runc": {}})
 
     @property
     def runtimes(self) -> frozenset[str]:
@@ -353,6 +371,7 @@ class DockerBackend(WarmLaunchMixin):
             workspaces_root=self.config.workspaces_root,
             egress_socket=egress,
             engine_runtime=self.config.engine_runtimes[request.limits.runtime],
+            cgroup_parent=self._cgroup_parent(request.tenant),
         )
 
     async def run(

@@ -84,6 +84,9 @@ class ContainerSpec(BaseModel):
     log_driver: Literal["none"] = "none"
     runtime: str = Field("runc", pattern=r"^[a-z][a-z0-9_.-]{0,63}$",
                          description="the engine's OCI runtime (runsc: gVisor)")
+    cgroup_parent: str | None = Field(
+        None, pattern=r"^/?[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64})?$",
+        description="the tenant's own cgroup: the kernel shares CPU between tenants")
     oom_score_adj: int = Field(1000, ge=0, le=1000, description="host OOM killer picks us first")
     hostname: str = "sandbox"
 
@@ -118,6 +121,7 @@ class ContainerSpec(BaseModel):
             ],
             "init": self.init,
             "runtime": self.runtime,
+            "cgroup_parent": self.cgroup_parent,
             "log_config": LogConfig(type=self.log_driver),
             "mounts": [
                 Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
@@ -260,6 +264,7 @@ def build_spec(
     workspaces_root: Path,
     egress_socket: Path | None = None,
     engine_runtime: str = "runc",
+    cgroup_parent: str | None = None,
 ) -> ContainerSpec:
     """``egress_socket``: the execution's proxy socket, required iff ``network == "egress"``;
     it adds the socket mount, the proxy environment and the ``navi-egress`` entry to argv."""
@@ -289,4 +294,5 @@ def build_spec(
         nofile=limits.nofile,
         fsize_bytes=limits.fsize_mb * MiB,
         runtime=engine_runtime,
+        cgroup_parent=cgroup_parent,
     )

@@ -153,7 +153,8 @@ async def test_timeout_is_clamped_and_reported(audit: AuditLog) -> None:
 
 
 async def test_concurrency_quota(audit: AuditLog) -> None:
-    eng = engine().with_overlay("acme", TenantOverlay(quotas={"max_concurrent": 1}))
+    eng = engine().with_overlay("acme", TenantOverlay(quotas={"max_concurrent": 1,
+                                                              "queue_depth": 0}))
     backend = FakeBackend(default=FakeResponse(delay_s=5))
     ex = make(audit, backend, eng=eng)
     first = asyncio.create_task(ex.execute(USER, PY, RUN))
@@ -172,6 +173,57 @@ async def test_concurrency_quota(audit: AuditLog) -> None:
     assert [d.rule for d in denied] == ["quotas.max_concurrent"]
     backend.push(FakeResponse())
     assert (await ex.execute(USER, PY, RUN)).ok  # the slot was released
+
+
+async def test_calls_past_the_maximum_wait_in_their_tenants_queue(audit: AuditLog) -> None:
+    """max_concurrent 1, queue_depth 2: two calls wait their turn (first come, first served),
+    the next is refused at once; another tenant is not held up by the queue."""
+    eng = engine().with_overlay("acme", TenantOverlay(quotas={"max_concurrent": 1,
+                                                              "queue_depth": 2}))
+    backend = FakeBackend(default=FakeResponse(delay_s=5))
+    ex = make(audit, backend, eng=eng)
+    first = asyncio.create_task(ex.execute(USER, PY, RUN))
+    while not backend.running:
+        await asyncio.sleep(0.01)
+    waiting = [asyncio.create_task(ex.execute(USER, PY, RUN)) for _ in range(2)]
+    while ex.quotas.waiting(USER.tenant) < 2:
+        await asyncio.sleep(0.01)
+    with pytest.raises(QuotaExceeded) as info:
+        await ex.execute(USER, PY, RUN)
+    assert info.value.retry_after == 1
+    backend.push(FakeResponse())
+    assert (await ex.execute(Subject(tenant="other"), PY, RUN)).ok
+    order = []
+    for _ in range(3):  # end the running one each time: the next in the queue starts
+        while not [r for r in backend.running if r not in order]:
+            await asyncio.sleep(0.01)
+        [now] = [r for r in backend.running if r not in order]
+        order.append(now)
+        await ex.kill(now)
+    await asyncio.gather(first, *waiting)
+    assert ex.quotas.waiting(USER.tenant) == 0 and ex.quotas.active(USER.tenant) == 0
+    assert [d.rule for d in await audit.records(kind="denied")] == ["quotas.queue_depth"]
+    assert len(set(order)) == 3
+
+
+async def test_a_cancelled_wait_leaves_the_queue(audit: AuditLog) -> None:
+    eng = engine().with_overlay("acme", TenantOverlay(quotas={"max_concurrent": 1,
+                                                              "queue_depth": 1}))
+    backend = FakeBackend(default=FakeResponse(delay_s=5))
+    ex = make(audit, backend, eng=eng)
+    first = asyncio.create_task(ex.execute(USER, PY, RUN))
+    while not backend.running:
+        await asyncio.sleep(0.01)
+    waiter = asyncio.create_task(ex.execute(USER, PY, RUN))
+    while ex.quotas.waiting(USER.tenant) < 1:
+        await asyncio.sleep(0.01)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert ex.quotas.waiting(USER.tenant) == 0
+    await ex.kill(backend.running[0])
+    await first
+    assert ex.quotas.active(USER.tenant) == 0
 
 
 async def test_rate_quota_with_retry_after(audit: AuditLog) -> None:
