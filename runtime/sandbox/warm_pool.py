@@ -191,7 +191,10 @@ class WarmPool:
             container = await self._launch_fn(spec, key)
         except BaseException as exc:
             self._held[launch.tenant] -= 1
-            self._broken[key] = time.monotonic()
+            now = time.monotonic()
+            self._broken = {k: at for k, at in self._broken.items()  # forget stale ones
+                            if now - at < self.config.retry_after_s}
+            self._broken[key] = now
             self.stats["failed"] += 1
             if isinstance(exc, Exception):
                 log.warning("warm_launch_failed", session=launch.session, error=str(exc))
@@ -251,6 +254,8 @@ class WarmPool:
                     queue.remove(container)
                     doomed.append(self._forget(container))
         await asyncio.gather(*(self._discard(c) for c in doomed))
+        if session is not None:  # its launches have all landed: its generation may go
+            self._generation.pop(session, None)
 
     async def release_session(self, session: str) -> None:
         """Remove the session's warm containers, those still launching included."""
