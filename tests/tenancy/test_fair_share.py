@@ -24,13 +24,14 @@ from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 pytestmark = pytest.mark.docker
 
 POLICY = (ROOT / "policies" / "default.yaml").read_text().replace(
-    "    sessions_per_tenant: 100", "    sessions_per_tenant: 100\n    queue_depth: 4")
+    "    queue_depth: 8 ", "    queue_depth: 4 ")
 BURN = "import time\nend = time.time() + 15\nwhile time.time() < end:\n    pass\nprint('done')"
 RATIO_MAX = 3.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    assert "    queue_depth: 4 " in POLICY
     tmp = tmp_path_factory.mktemp("fair-share")
     (tmp / "policy.yaml").write_text(POLICY)
     srv = start_server(tmp, tmp / "policy.yaml")
