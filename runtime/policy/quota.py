@@ -71,19 +71,24 @@ class QuotaTracker:
                 retry_after=1, quota="queue_depth" if quotas.queue_depth else "max_concurrent")
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(turn)
+        admitted = False
         try:
-            await asyncio.wait_for(asyncio.shield(turn), max_wait_s)
+            async with asyncio.timeout(max_wait_s):  # not wait_for: on 3.11 it may swallow
+                await asyncio.shield(turn)          # a cancel that races the wake-up
+            slot = self.acquire(tenant, quotas)
+            admitted = True
+            return slot
         except TimeoutError:
             raise QuotaExceededFor(
                 f"waited {max_wait_s:g} s for one of the tenant's {quotas.max_concurrent} "
                 "executions to end (max_concurrent)", retry_after=1,
                 quota="max_concurrent") from None
         finally:
-            if turn in queue:
-                queue.remove(turn)
+            queue.remove(turn)
             if not queue:
                 self._waiting.pop(tenant, None)
-        return self.acquire(tenant, quotas)
+            elif not admitted and turn.done():  # woken but gone (cancelled, timed out,
+                self._wake_next(tenant)        # rate spent): the next in line goes instead
 
     def active(self, tenant: str) -> int:
         return self._active.get(tenant, 0)
@@ -109,11 +114,15 @@ class QuotaTracker:
         self._active[tenant] = self._active.get(tenant, 0) + 1
         return QuotaSlot(self, tenant)
 
-    def _release(self, tenant: str) -> None:
-        for turn in self._waiting.get(tenant, ()):  # the next in line may go now
+    def _wake_next(self, tenant: str) -> None:
+        """The first waiter not yet woken may go (it acquires when it runs again)."""
+        for turn in self._waiting.get(tenant, ()):
             if not turn.done():
                 turn.set_result(None)
-                break
+                return
+
+    def _release(self, tenant: str) -> None:
+        self._wake_next(tenant)
         left = self._active.get(tenant, 0) - 1
         if left > 0:
             self._active[tenant] = left
