@@ -68,6 +68,9 @@ class Settings(BaseSettings):
         "space and a tenant's disk quota (1: not at all; session disks are sparse files).")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
+    tenant_cgroups: bool = Field(
+        True, description="Each tenant's containers under a cgroup of its own, so the kernel "
+        "shares CPU between tenants, not containers (false: benchmarks only).")
     warm_pool_size: int = Field(
         1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
     warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")

@@ -117,6 +117,7 @@ class DockerBackendConfig(BaseModel):
             "workspaces_root": settings.workspaces_dir.resolve(),
             "sandbox_uid": settings.sandbox_uid,
             "lease_grace_s": settings.lease_grace_s,
+            "tenant_cgroups": settings.tenant_cgroups,
             "egress": EgressConfig.from_settings(settings),
         }
         if warm_pool:
@@ -528,7 +529,8 @@ class DockerBackend(WarmLaunchMixin):
             for capture in pumped.values():
                 if isinstance(capture, TrailerCapture) and (held := capture.flush()) and on_output:
                     emit(capture.name, held)
-            state = await self._exit_state(container, trailers, timed_out)
+            state = await self._exit_state(container, trailers, timed_out,
+                                           self._cgroup_parent(request.tenant))
         finally:
             attach.shutdown(attached)
             for capture in captures.values():

@@ -103,11 +103,13 @@ class WarmLaunchMixin:
         await self._call(self._remove, warm.id)
 
     async def _exit_state(
-        self, container: str, trailers: Trailers | None, timed_out: bool
+        self, container: str, trailers: Trailers | None, timed_out: bool,
+        cgroup_parent: str | None = None,
     ) -> dict[str, Any]:
         """Exit code and OOM kill: from a warm runner's trailer when the job exited normally
         and the cgroup counts no OOM kill, else from the engine once the container is down."""
         code = trailers.code if trailers is not None else None
-        if code is not None and code >= 0 and not timed_out and oom_kills(container) == 0:
+        if (code is not None and code >= 0 and not timed_out
+                and oom_kills(container, cgroup_parent) == 0):
             return {"ExitCode": code, "OOMKilled": False}
         return await self._call(self._final_state, container)

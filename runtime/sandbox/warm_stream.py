@@ -102,21 +102,34 @@ def _partial_start(buf: bytes, prefix: bytes) -> int:
 
 
 OOM_FILES = (
-    "/sys/fs/cgroup/memory/docker/{id}/memory.oom_control",  # v1, cgroupfs driver
-    "/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.events",  # v2, systemd driver
-    "/sys/fs/cgroup/docker/{id}/memory.events",  # v2, cgroupfs driver
+    "/sys/fs/cgroup/memory/{dir}/memory.oom_control",  # v1
+    "/sys/fs/cgroup/{dir}/memory.events",  # v2
 )
 
 
-def oom_kills(container: str) -> int | None:
+def cgroup_dirs(container: str, parent: str | None = None) -> list[str]:
+    """Where the engine puts a container's cgroup, below a hierarchy's root: under its
+    ``cgroup_parent`` (cgroupfs: a path; systemd: a slice, ``a-b.slice`` nested in
+    ``a.slice``), else the engine's default for either driver."""
+    if parent is None:
+        return [f"docker/{container}", f"system.slice/docker-{container}.scope"]
+    if parent.endswith(".slice"):
+        parts = parent.removesuffix(".slice").split("-")
+        slices = "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+        return [f"{slices}/docker-{container}.scope"]
+    return [f"{parent.strip('/')}/{container}"]
+
+
+def oom_kills(container: str, cgroup_parent: str | None = None) -> int | None:
     """How many processes the kernel OOM-killed in the container's cgroup (None: unknown)."""
     for template in OOM_FILES:
-        try:
-            text = Path(template.format(id=container)).read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
+        for cgroup_dir in cgroup_dirs(container, cgroup_parent):
+            try:
+                text = Path(template.format(dir=cgroup_dir)).read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value)
     return None
