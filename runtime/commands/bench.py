@@ -9,6 +9,7 @@ import typer
 
 from bench.audit_bench import cli as audit_bench_cli
 from bench.disk_bench import cli as disk_bench_cli
+from bench.fairshare import cli as fairshare_cli
 from bench.soak import cli as soak_cli
 from runtime.config import Settings
 from runtime.errors import NaviError
@@ -18,6 +19,7 @@ app = typer.Typer(help="Benchmarks; results go to bench/results/*.json.", no_arg
 app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 app.command("disk")(disk_bench_cli)  # code and docs: bench/disk_bench.py
 app.command("soak")(soak_cli)  # code and docs: bench/soak.py
+app.command("fairshare")(fairshare_cli)  # code and docs: bench/fairshare.py
 
 
 @app.command("exec")
