@@ -33,13 +33,13 @@ from runtime.sandbox.models import MiB
 
 GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
-    "group:fs": frozenset({"filesystem"}),
-    "group:web": frozenset({"http_request", "web_view"}),
+    "group:fs": frozenset({"filesystem", "edit_file", "read_document"}),
+    "group:web": frozenset({"http_request", "web_view", "web_search"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),
     "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),
     "group:meta": frozenset(
         {"list_tools", "tool_manual", "image_view", "write_tool", "test_tool", "reload_tools",
-         "delete_tool"}
+         "delete_tool", "list_profiles", "switch_profile", "spawn_agent"}
     ),
 }
 USER_TOOLS_GROUP = "group:user_tools"
