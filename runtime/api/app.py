@@ -64,7 +64,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         opened.append(backend.close)
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings))
-        tools = build_tools(settings.data_dir, policy=policy)
+        tools = build_tools(settings.data_dir, policy=policy, executor=executor)
         await tools.open()
         opened.append(tools.close)
         agent = AgentService.from_settings(settings)

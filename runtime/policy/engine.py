@@ -35,6 +35,8 @@ from typing import Literal
 from runtime.policy.decision import Action, Decision, Role, Subject
 from runtime.policy.loader import load_policy
 from runtime.policy.model import (
+    MCP_GROUP,
+    MCP_SEPARATOR,
     TOOL_GROUP,
     TOOL_NAME,
     USER_TOOLS_GROUP,
@@ -125,6 +127,8 @@ class PolicyEngine:
             return TOOL_GROUP[tool]
         if declared_group in ("user_tools", USER_TOOLS_GROUP):
             return USER_TOOLS_GROUP
+        if declared_group == MCP_GROUP and MCP_SEPARATOR in tool:
+            return MCP_GROUP
         return None
 
     # -- the decision -----------------------------------------------------------------------
@@ -152,6 +156,11 @@ class PolicyEngine:
         if not TOOL_NAME.match(tool):
             return _deny("default.deny", "not a tool name")
         group = self.tool_group(tool, action.group)
+        mcp_server = None
+        if group == MCP_GROUP:
+            mcp_server = self.policy.mcp_servers.get(tool.split(MCP_SEPARATOR, 1)[0])
+            if mcp_server is None:
+                return _deny("mcp_servers", f"{tool!r}: no MCP server of that name is declared")
         ppath = f"profiles.{subject.profile}"
         overlays: list[tuple[str, TenantOverlay]] = [(f"tenants.{tkey}", trule)]
         extra = self._overlays.get(subject.policy_tenant)
@@ -166,12 +175,13 @@ class PolicyEngine:
             hit = _match(overlay.deny, tool, group)
             if hit:
                 return _deny(f"{prefix}.deny[{hit}]", f"{tool!r} is denied for this tenant")
-        allowed_by = _match(profile.allow, tool, group)
+        allowed_by = _match(profile.allow, tool, group) or _lists_for(profile.allow, tool, group)
         if not allowed_by:
             return _deny("default.deny",
                          f"{tool!r} is not named by profile {subject.profile!r} (deny by default)")
         for prefix, overlay in overlays:
-            if overlay.allow is not None and not _match(overlay.allow, tool, group):
+            if overlay.allow is not None and not (_match(overlay.allow, tool, group)
+                                                  or _lists_for(overlay.allow, tool, group)):
                 return _deny(f"{prefix}.allow", f"{tool!r} is not in this tenant's allow list")
         tool_rule = profile.tools.get(tool)
         if tool == "code_exec" and tool_rule is not None and tool_rule.languages is not None:
@@ -188,8 +198,12 @@ class PolicyEngine:
         image = (tool_rule.image if tool_rule and tool_rule.image else None) \
             or self.policy.images.get(tool) or (self.policy.images.get(group) if group else None)
         egress: list[str] = []
-        if tool_rule is not None and tool_rule.network == "egress":
+        if mcp_server is not None:  # the server's own image and hosts, whatever else says
+            image = mcp_server.image
+            egress = [h for h in mcp_server.egress if h in self.policy.network.egress_allowlist]
+        elif tool_rule is not None and tool_rule.network == "egress":
             egress = [h for h in tool_rule.egress if h in self.policy.network.egress_allowlist]
+        if egress:
             for _, overlay in overlays:
                 if overlay.egress is not None:
                     egress = [h for h in egress if h in overlay.egress]
@@ -242,6 +256,13 @@ def _match(refs: Iterable[str], tool: str, group: str | None) -> str | None:
         if ref == tool or (group is not None and ref == group):
             return ref
     return None
+
+
+def _lists_for(refs: Iterable[str], tool: str, group: str | None) -> str | None:
+    """Listing an MCP server's tools (tool `NAME__`) is allowed where one of them is."""
+    if group != MCP_GROUP or not tool.endswith(MCP_SEPARATOR):
+        return None
+    return next((ref for ref in refs if ref.startswith(tool)), None)
 
 
 def _triggers(rule: ApprovalRule, action: Action) -> bool:

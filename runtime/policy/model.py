@@ -39,11 +39,14 @@ GROUPS: dict[str, frozenset[str]] = {
     "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),
     "group:meta": frozenset(
         {"list_tools", "tool_manual", "image_view", "write_tool", "test_tool", "reload_tools",
-         "delete_tool", "list_profiles", "switch_profile", "spawn_agent"}
+         "delete_tool", "list_profiles", "switch_profile", "spawn_agent", "mcp_status"}
     ),
 }
 USER_TOOLS_GROUP = "group:user_tools"
-ALL_GROUPS = frozenset(GROUPS) | {USER_TOOLS_GROUP}
+MCP_GROUP = "group:mcp"
+"""Tools of the MCP servers a policy declares (`mcp_servers`), named `SERVER__TOOL`."""
+MCP_SEPARATOR = "__"
+ALL_GROUPS = frozenset(GROUPS) | {USER_TOOLS_GROUP, MCP_GROUP}
 BUILTIN_TOOLS: frozenset[str] = frozenset().union(*GROUPS.values())
 TOOL_GROUP: dict[str, str] = {tool: group for group, tools in GROUPS.items() for tool in tools}
 
@@ -51,6 +54,7 @@ TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 _HOST = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}$")
 _IMAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_MCP_SERVER = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 _TENANT = re.compile(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$")
 
 
@@ -225,6 +229,23 @@ def _default_images() -> dict[str, ImageName]:
     }
 
 
+def _mcp_argument(value: str) -> str:
+    if not value or "\x00" in value or len(value) > 4096:
+        raise ValueError("a command argument is 1 to 4096 characters, without NUL")
+    return value
+
+
+class McpServer(Strict):
+    """A stdio MCP server the policy offers as tools `NAME__TOOL`. It runs like any execution:
+    one hardened container per call, in `image`, reaching only the `egress` hosts (a subset of
+    network.egress_allowlist) through the egress proxy."""
+
+    command: list[Annotated[str, AfterValidator(_mcp_argument)]] = Field(
+        min_length=1, max_length=64, description="argv of the server inside the image")
+    image: ImageName
+    egress: list[Host] = Field(default_factory=list)
+
+
 class Network(Strict):
     egress_allowlist: list[Host] = Field(default_factory=list)
 
@@ -239,6 +260,7 @@ class PolicyFile(Strict):
     approvals: Approvers = Approvers()
     profiles: dict[str, Profile] = Field(default_factory=dict)
     tenants: dict[str, TenantRule] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
 
 
 def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]:
@@ -266,6 +288,14 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
                     )
             if rule.network == "egress" and not rule.egress:
                 problems.append((loc + ("network",), "network: egress needs an egress list"))
+    for sname, server in policy.mcp_servers.items():
+        if not _MCP_SERVER.match(sname) or len(sname) > 24:
+            problems.append((("mcp_servers", sname), f"{sname!r} is not a server name "
+                             "(lower-case words joined by single underscores, at most 24)"))
+        for i, host in enumerate(server.egress):
+            if host not in allow:
+                problems.append((("mcp_servers", sname, "egress", i),
+                                 f"{host!r} is not in network.egress_allowlist"))
     for tname, tenant in policy.tenants.items():
         if not _TENANT.match(tname):
             problems.append((("tenants", tname), f"{tname!r} is not a tenant name"))

@@ -2,13 +2,15 @@
 
 No registry image is ever pulled. ``mmdebstrap`` makes a minimal Debian rootfs with the image's
 ``packages.txt`` already installed (from the host's Debian apt sources), and ``pip download``
-fetches the pinned, pure-Python wheels of ``wheels.txt`` on the host, so that ``docker build``
+fetches the pinned wheels of ``wheels.txt`` on the host (pure-Python, or built for the image's
+CPython and this machine's architecture), so that ``docker build``
 can run with ``--network none`` and without apt.
 """
 
 from __future__ import annotations
 
 import hashlib
+import platform
 import shutil
 import subprocess
 import sys
@@ -86,8 +88,25 @@ def make_rootfs(spec: ImageSpec, target: Path) -> None:
         )
 
 
-def _is_pure_wheel(path: Path) -> bool:
-    return path.name.endswith("-none-any.whl")
+IMAGE_ABI_TAGS = ("cp311-cp311", "cp311-abi3", "cp37-abi3", "cp38-abi3", "cp39-abi3",
+                  "cp310-abi3")
+"""Compiled wheels the image's CPython 3.11 loads (its own ABI, or the stable ABI up to 3.11)."""
+
+
+def _platforms() -> list[str]:
+    """pip's `--platform` values for Debian bookworm (glibc 2.36) on this machine's arch."""
+    arch = platform.machine()
+    return [f"manylinux{tag}_{arch}" for tag in ("2014", "_2_17", "_2_28")]
+
+
+def _fits_image(path: Path) -> bool:
+    """A pure-Python wheel, or one built for the image's CPython on this architecture."""
+    name = path.name
+    if name.endswith("-none-any.whl"):
+        return True
+    arch = platform.machine()
+    return any(f"-{abi}-" in name for abi in IMAGE_ABI_TAGS) and "manylinux" in name \
+        and name.endswith(f"_{arch}.whl")
 
 
 def download_wheels(spec: ImageSpec, cache_dir: Path) -> list[Path]:
@@ -106,6 +125,8 @@ def download_wheels(spec: ImageSpec, cache_dir: Path) -> list[Path]:
             [
                 sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                 "--only-binary=:all:", "--no-deps", "--python-version", IMAGE_PYTHON_VERSION,
+                "--implementation", "cp",
+                *[arg for plat in _platforms() for arg in ("--platform", plat)],
                 "--dest", str(dest), "-r", str(requirements),
             ],
             stdin=subprocess.DEVNULL,
@@ -121,10 +142,10 @@ def download_wheels(spec: ImageSpec, cache_dir: Path) -> list[Path]:
             )
         done.write_text(key, encoding="utf-8")
     wheels = sorted(dest.glob("*.whl"))
-    impure = [w.name for w in wheels if not _is_pure_wheel(w)]
-    if impure:
+    unfit = [w.name for w in wheels if not _fits_image(w)]
+    if unfit:
         raise ConfigError(
-            f"image {spec.name!r}: only pure-Python wheels (`*-none-any.whl`) can be copied "
-            f"into an image; use the Debian package instead of {', '.join(impure)}"
+            f"image {spec.name!r}: only pure-Python wheels or CPython 3.11 manylinux wheels "
+            f"for {platform.machine()} can be copied into an image; not {', '.join(unfit)}"
         )
     return wheels

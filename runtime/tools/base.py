@@ -33,6 +33,7 @@ ToolGroup = Literal[
     "group:cad",
     "group:web",
     "group:user_tools",
+    "group:mcp",
 ]
 GROUPS: tuple[str, ...] = ToolGroup.__args__  # type: ignore[attr-defined]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.policy.engine import PolicyEngine
 from runtime.tools.builtin import (
     CodeExecTool,
     FilesystemTool,
@@ -25,6 +26,8 @@ from runtime.tools.builtin import (
 )
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
+from runtime.tools.mcp import McpCatalog, McpStatusTool
+from runtime.tools.mcp.catalog import ExecutorLike
 from runtime.tools.memory_store import MemoryStore
 from runtime.tools.notes_store import NotesStore
 from runtime.tools.registry import Approver, PolicyLike, ToolRegistry
@@ -61,6 +64,7 @@ def build_tools(
     approver: Approver | None = None,
     shipped_dir: Path | None = DEFAULT_SHIPPED_DIR,
     manuals_dir: Path = DEFAULT_MANUALS_DIR,
+    executor: ExecutorLike | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
     data_dir = Path(data_dir)
@@ -86,9 +90,14 @@ def build_tools(
         Render3DTool(),
         HttpRequestTool(),
         WebViewTool(),
+        McpStatusTool(),
     ]
+    # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
+    mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)
+                     else {}, executor)
     registry = ToolRegistry(
         tools,
+        mcp=mcp,
         policy=policy,
         user_tools=catalogs,
         approver=approver,

@@ -26,6 +26,7 @@ from runtime.errors import InvalidInput, NotFound, PolicyDenied
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
+from runtime.tools.mcp import McpCatalog
 from runtime.tools.user.catalog import UserToolCatalogs
 from runtime.tools.user.store import ToolCatalog
 from runtime.tools.user.tool import UserTool, user_tool_manual
@@ -51,8 +52,10 @@ class ToolRegistry:
         user_tools: UserToolCatalogs | None = None,
         approver: Approver | None = None,
         manuals: ManualLibrary | None = None,
+        mcp: McpCatalog | None = None,
     ) -> None:
         self._builtins: dict[str, Tool] = {}
+        self.mcp = mcp
         self.policy = policy
         self.user_tools = user_tools
         self.approver = approver
@@ -80,15 +83,19 @@ class ToolRegistry:
         return await self.user_tools.get(tenant)
 
     async def all_tools(self, subject: Subject) -> list[Tool]:
-        """Built-ins plus the tenant's enabled user tools, before any policy filtering."""
+        """Built-ins, the policy's MCP servers' tools and the tenant's enabled user tools,
+        before any policy filtering."""
         tools = list(self._builtins.values())
+        if self.mcp is not None:
+            tools += [t for t in await self.mcp.tools(subject) if t.name not in self._builtins]
+        taken = {t.name for t in tools}
         if self.user_tools is not None:
             catalog = await self.user_tools.get(subject.tenant)
             store = self.user_tools.store
             tools += [
                 UserTool(loaded, store)
                 for loaded in catalog.enabled()
-                if loaded.descriptor.name not in self._builtins
+                if loaded.descriptor.name not in taken
             ]
         return tools
 
@@ -99,6 +106,10 @@ class ToolRegistry:
         tool = self._builtins.get(name)
         if tool is not None:
             return tool
+        if self.mcp is not None:
+            mcp_tool = await self.mcp.lookup(name, subject)
+            if mcp_tool is not None:
+                return mcp_tool
         if self.user_tools is not None:
             catalog = await self.user_tools.get(subject.tenant)
             loaded = catalog.tools.get(name)
@@ -147,6 +158,10 @@ class ToolRegistry:
         """The manual of a tool: `manuals/<name>.md`, or for a user tool one made from its
         descriptor. `InvalidInput` on a bad name, `NotFound` when there is none."""
         check_manual_name(name)
+        if self.mcp is not None and name not in self._builtins:
+            mcp_tool = await self.mcp.lookup(name, subject)
+            if mcp_tool is not None:
+                return mcp_tool.manual()
         if name in self._builtins or self.user_tools is None:
             return self.manuals.get(name)
         catalog = await self.user_tools.get(subject.tenant)

@@ -1,0 +1,27 @@
+"""`mcp_status`: the MCP servers the policy declares, their state and their tools."""
+
+from __future__ import annotations
+
+import json
+
+from runtime.errors import NotFound
+from runtime.tools.base import BuiltinTool, NoParams, ToolContext, ToolResult
+
+
+class McpStatusTool(BuiltinTool):
+    name = "mcp_status"
+    description = (
+        "Show the MCP servers the policy offers: each one's state (ready or failed, with the "
+        "error), its tools (named SERVER__TOOL) and tools left out with the reason."
+    )
+    group = "group:meta"
+    Params = NoParams
+
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        registry = ctx.registry
+        if registry is None or registry.mcp is None:
+            raise NotFound("no MCP catalog in this context")
+        report = await registry.mcp.status(ctx.subject)
+        if not report:
+            return ToolResult.ok("No MCP servers are declared by the policy.", servers=[])
+        return ToolResult.ok(json.dumps(report, indent=2, ensure_ascii=False), servers=report)
