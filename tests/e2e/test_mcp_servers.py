@@ -74,7 +74,11 @@ def test_the_demo_server_s_tools_are_listed_with_their_schemas(
     assert add["group"] == "group:mcp" and set(add["parameters"]["required"]) == {"a", "b"}
     # the listing itself ran in a sandbox, decided and audited (tool `demo__`)
     listings = [r for r in audit_of(server, auditor, session) if r["tool"] == "demo__"]
-    assert not listings or listings[0]["kind"] == "intent"  # listed once per server, any session
+    assert [r["kind"] for r in listings] == ["intent", "outcome"], listings
+    assert listings[0]["tool_hash"] == server_hash(DEMO)
+    again = new_session(server, user)  # kept: a second listing runs nothing
+    assert set(tools_of(server, user, again)) == set(tools)
+    assert not [r for r in audit_of(server, auditor, again) if r["tool"] == "demo__"]
 
 
 def test_the_agent_calls_an_mcp_tool_in_a_sandbox_and_it_is_audited(
@@ -117,7 +121,7 @@ def test_an_mcp_server_has_no_network_and_denials_name_the_rule(
         assert "profiles.developer.deny[demo__countdown]" in denied.text
         bad = client.post(f"/v1/sessions/{session}/exec", json={
             "tool": "demo__add", "args": {"a": "x"}})
-        assert bad.status_code == 422 and "demo__add" in bad.text
+        assert bad.status_code == 400 and "demo__add" in bad.text
 
 
 def test_mcp_status_reports_ready_and_failed_servers(
