@@ -10,7 +10,6 @@ time, answers within 1 s.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Server, start_server, stop_server
+from tests.tenancy.health_probe import HealthProbe
 
 pytestmark = pytest.mark.docker
 
@@ -29,43 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("tenancy-loop"))
     yield srv
     stop_server(srv)
-
-
-class HealthProbe:
-    """Polls `/v1/healthz` from its own thread; `max_s` is the slowest answer seen."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=10) as client:
-            while not self._stop.is_set():
-                start = time.monotonic()
-                try:
-                    status = client.get("/v1/healthz").status_code
-                except httpx.HTTPError as exc:
-                    self.failures.append(repr(exc))
-                    status = 0
-                self.latencies.append(time.monotonic() - start)
-                if status != 200:
-                    self.failures.append(f"status {status}")
-                self._stop.wait(0.02)
-
-    @property
-    def max_s(self) -> float:
-        return max(self.latencies, default=0.0)
-
-    def __enter__(self) -> HealthProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
 
 
 def chain(depth: int) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ import pytest
 
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.sse import frames
+from tests.tenancy.health_probe import HealthProbe
 
 pytestmark = pytest.mark.docker
 
@@ -89,42 +89,6 @@ def todo(server: Server, token: str, session: str) -> str:
         return str(resp.json()["exec_id"])
 
 
-class HealthProbe:
-    """Times `GET /v1/healthz` from its own thread until stopped."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=10) as client:
-            while not self._stop.is_set():
-                start = time.monotonic()
-                try:
-                    status = client.get("/v1/healthz").status_code
-                except httpx.HTTPError as exc:
-                    status, _ = 0, self.failures.append(repr(exc))
-                self.latencies.append(time.monotonic() - start)
-                if status != 200:
-                    self.failures.append(f"status {status}")
-                self._stop.wait(0.05)
-
-    @property
-    def max_s(self) -> float:
-        return max(self.latencies, default=0.0)
-
-    def __enter__(self) -> HealthProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-
 def invalid_body(i: int, blob: bytes) -> tuple[bytes, int]:
     """~11 MiB: an unknown tool (404), or a real tool whose arguments it refuses (400)."""
     if i % 2:
@@ -153,7 +117,7 @@ def test_a_burst_of_huge_invalid_requests_leaves_memory_metrics_and_health(
             return client.post(url, content=body).status_code
 
     start = time.monotonic()
-    with HealthProbe(server.url) as probe, ThreadPoolExecutor(1) as pool:
+    with HealthProbe(server.url, interval_s=0.05) as probe, ThreadPoolExecutor(1) as pool:
         statuses = list(pool.map(send, range(BURST)))
     took = time.monotonic() - start
     after = rss(server)
@@ -242,7 +206,7 @@ def test_bodies_past_the_cap_are_refused_before_they_are_parsed(server: Server,
     headers = {"Authorization": f"Bearer {user}", "Content-Type": "application/json"}
     blob = b"A" * (30 * MiB)
     before = rss(server)
-    with HealthProbe(server.url) as probe, httpx.Client(
+    with HealthProbe(server.url, interval_s=0.05) as probe, httpx.Client(
             base_url=server.url, headers=headers, timeout=120) as client:
         for i in range(10):
             body = b'{"tool":"t' + str(i).encode() + b'","args":{"blob":"' + blob + b'"}}'
