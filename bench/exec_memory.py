@@ -14,7 +14,17 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-CGROUP = Path("/sys/fs/cgroup/memory/docker")
+MEMORY_ROOT = Path("/sys/fs/cgroup/memory")
+
+
+def _memory_cgroup(init_pid: int) -> Path:
+    """The container's memory cgroup, read from its init's /proc (under docker/ or its
+    tenant's parent, /navi/<tenant>)."""
+    for line in Path(f"/proc/{init_pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return MEMORY_ROOT / path.lstrip("/")
+    raise RuntimeError(f"no memory cgroup for pid {init_pid} (cgroup v1 expected)")
 
 
 def _kib(path: Path, field: str) -> int:
@@ -33,7 +43,7 @@ def _ppid(pid: int) -> int:
 
 
 def measure(container: str, init_pid: int) -> dict[str, float]:
-    cgroup = CGROUP / container
+    cgroup = _memory_cgroup(init_pid)
     usage = int((cgroup / "memory.usage_in_bytes").read_text())
     stat = dict(line.split() for line in (cgroup / "memory.stat").read_text().splitlines())
     pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
