@@ -287,8 +287,24 @@ class Executor:
             stdin_sha256=sha256_hex(invocation.stdin), stdin_size=len(invocation.stdin),
             **common)))
         self._running[exec_id] = subject.session
+        # the backend's after-call work (warm container removal and relaunch) waits for the
+        # outcome record, so that write is not slowed by engine calls
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            result = await self.backend.run(request, on_output, before_start=intent_write)
+            return await self._run_recorded(request, on_output, intent_write, settled,
+                                            exec_id, common, action, decision)
+        finally:
+            if not settled.done():
+                settled.set_result(None)
+
+    async def _run_recorded(
+        self, request: ExecRequest, on_output: OutputCallback | None,
+        intent_write: asyncio.Future[Any], settled: asyncio.Future[None], exec_id: str,
+        common: dict[str, Any], action: Action, decision: Decision,
+    ) -> ExecOutcome:
+        try:
+            result = await self.backend.run(request, on_output, before_start=intent_write,
+                                            settled=settled)
         except asyncio.CancelledError:
             await asyncio.shield(self._cancelled(exec_id, common, intent_write))
             raise

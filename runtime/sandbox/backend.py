@@ -19,6 +19,7 @@ class SandboxBackend(Protocol):
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
         before_start: Awaitable[object] | None = None,
+        settled: Awaitable[object] | None = None,
     ) -> ExecResult:
         """Run to completion; ``on_output`` receives chunks live while the container runs.
 
@@ -26,6 +27,11 @@ class SandboxBackend(Protocol):
         created or a warm one taken) and before anything runs in it; if it raises, nothing
         runs, the container is removed and the error propagates. The Executor passes its
         write-ahead audit intent here, so preparing overlaps the fsync.
+
+        ``settled``: work the backend may do after the result is returned (removing a used
+        warm container, launching the next) waits for it, whatever its outcome, so that it
+        does not compete with the caller's own after-call work. The Executor passes the
+        write of its audit outcome, which then is not slowed by engine calls.
         """
         ...
 

@@ -75,6 +75,12 @@ from runtime.sandbox.warm_stream import TrailerCapture, Trailers
 log = get_logger(__name__)
 T = TypeVar("T")
 
+IMAGE_ID_TTL_S = 2.0
+"""How long an image's id is trusted before the engine is asked again (one call per image
+per window instead of one per call)."""
+SETTLE_WAIT_S = 5.0
+"""The longest after-call work waits for the caller to settle a call (see ``run``)."""
+
 
 class DockerBackendConfig(BaseModel):
     """Where the backend keeps things and whom it runs sandboxed code as."""
@@ -145,6 +151,7 @@ class DockerBackend(WarmLaunchMixin):
         self.workspaces_root_state: HardenState | None = None
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
+        self._image_ids: dict[str, tuple[str, float]] = {}
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
         self._cgroup_driver = "cgroupfs"
@@ -378,6 +385,7 @@ class DockerBackend(WarmLaunchMixin):
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
         before_start: Awaitable[object] | None = None,
+        settled: Awaitable[object] | None = None,
     ) -> ExecResult:
         if request.network == "egress":  # its proxy lives exactly as long as the call
             async with egress_proxy(request.egress_allowlist, self.config.egress,
@@ -385,19 +393,20 @@ class DockerBackend(WarmLaunchMixin):
                                     exec_id=request.exec_id,
                                     resolver=self.egress_resolver) as proxy:
                 result = await self._run_call(request, on_output, proxy.socket_path,
-                                              before_start)
+                                              before_start, settled)
             return result.model_copy(update={"egress": proxy.report()})
-        return await self._run_call(request, on_output, None, before_start)
+        return await self._run_call(request, on_output, None, before_start, settled)
 
     async def _run_call(
         self, request: ExecRequest, on_output: OutputCallback | None, egress: Path | None,
         before_start: Awaitable[object] | None = None,
+        settled: Awaitable[object] | None = None,
     ) -> ExecResult:
         await self.start()
         started = time.monotonic()
         deadline = started + request.limits.timeout_s
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
-        image_id = await self._call(self._image_id, request.image)
+        image_id = await self._image_id_of(request.image)
         spec = self._spec(request, image_id, egress)
         if spec.runtime not in self._runtimes:
             await self._require_runtime(spec.runtime, request.limits.runtime)
@@ -430,13 +439,13 @@ class DockerBackend(WarmLaunchMixin):
         self._running.pop(request.exec_id, None)
         if warm is None:
             await asyncio.shield(self._call(self._remove, container))
-        else:  # it has exited; remove it off the call's path (close() waits for that)
-            removal = asyncio.ensure_future(self._call(self._remove, container))
-            self._removals.add(removal)
-            removal.add_done_callback(self._removals.discard)
-        if key is not None:  # the next container for this session, off the call's path
-            warm_spec = self._warm_spec(spec, request)
-            self.warm.replenish(key, warm_spec, request.session, request.tenant)
+        # a used warm container's removal and the session's next one: off the call's path,
+        # once the caller has settled it (close() waits for that)
+        later = self._after_call(settled, container if warm is not None else None,
+                                 key, spec, request)
+        after = asyncio.ensure_future(later)
+        self._removals.add(after)
+        after.add_done_callback(self._removals.discard)
         bound.info(
             "exec_finished",
             warm=warm is not None,
@@ -448,6 +457,30 @@ class DockerBackend(WarmLaunchMixin):
             duration_ms=result.duration_ms,
         )
         return result
+
+    async def _after_call(
+        self, settled: Awaitable[object] | None, used: str | None, key: str | None,
+        spec: ContainerSpec, request: ExecRequest,
+    ) -> None:
+        if settled is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(settled), SETTLE_WAIT_S)
+        if key is not None:
+            self.warm.replenish(key, self._warm_spec(spec, request), request.session,
+                                request.tenant)
+        if used is not None:
+            await self._call(self._remove, used)
+
+    async def _image_id_of(self, image: str) -> str:
+        """The image's id, asked of the engine at most every ``IMAGE_ID_TTL_S`` per image
+        (a rebuilt image is used from then on; a call records the id it ran)."""
+        now = time.monotonic()
+        known = self._image_ids.get(image)
+        if known is not None and now - known[1] < IMAGE_ID_TTL_S:
+            return known[0]
+        image_id = await self._call(self._image_id, image)
+        self._image_ids[image] = (image_id, now)
+        return image_id
 
     async def release_session(self, session: str) -> None:
         """Remove the session's warm containers (its calls still running are not touched)."""

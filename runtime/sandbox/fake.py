@@ -61,7 +61,9 @@ class FakeBackend:
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
         before_start: Awaitable[object] | None = None,
+        settled: Awaitable[object] | None = None,
     ) -> ExecResult:
+        del settled  # nothing to do after a call
         if before_start is not None:
             await before_start
         self.requests.append(request)
