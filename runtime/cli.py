@@ -11,6 +11,7 @@ from runtime.commands import (
     doctor,
     exec_cmd,
     images,
+    mcp,
     models,
     policy,
     serve,
@@ -35,6 +36,7 @@ app.add_typer(policy.app, name="policy")
 app.add_typer(tokens.app, name="tokens")
 app.add_typer(bench.app, name="bench")
 app.add_typer(models.app, name="models")
+app.add_typer(mcp.app, name="mcp")
 
 
 def main() -> None:

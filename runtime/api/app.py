@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from runtime import __version__
 from runtime.agent import AgentService
@@ -16,6 +17,7 @@ from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.data_disk import DataDiskGuard
 from runtime.api.errors import install_error_handlers
+from runtime.api.mcp import McpEndpoint
 from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
@@ -103,13 +105,16 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                ) -> FastAPI:
     settings = settings or Settings()
 
+    mcp = McpEndpoint(lambda: app.state.services)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await start_services(settings, backend)
         app.state.services = services
         log.info("ready", policy=str(settings.policy), data_dir=str(settings.data_dir))
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await services.close()
             await asyncio.sleep(0)
@@ -127,5 +132,6 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router):
         app.include_router(router)
+    app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)
     return app

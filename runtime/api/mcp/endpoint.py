@@ -1,0 +1,69 @@
+"""The ASGI endpoint at `/mcp`: Navi's bearer tokens in front of the SDK's streamable HTTP
+transport.
+
+Every request is authenticated before the SDK sees it (no token, a bad, expired or revoked
+token: 401 with the API's error envelope; a role that may not run tools: 403). The SDK binds
+an MCP session to the token that opened it (another token gets 404 for it). DNS-rebinding
+protection is off: a browser page cannot attach a bearer token without the client's help.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Receive, Scope, Send
+
+from runtime.api.deps import SESSION_ROLES, authenticate, bearer_token
+from runtime.api.errors import error_response, status_for
+from runtime.api.mcp.handlers import PRINCIPAL_KEY, build_server
+from runtime.api.mcp.sessions import McpSessions
+from runtime.errors import Forbidden, NaviError
+
+if TYPE_CHECKING:
+    from runtime.api.services import Services
+
+IDLE_TIMEOUT_S = 30 * 60
+MAX_BODY_BYTES = 12 * 1024 * 1024  # as the REST API's JSON bodies
+
+
+class McpEndpoint:
+    def __init__(self, services_of: Callable[[], Services]) -> None:
+        self._services_of = services_of
+        self.sessions = McpSessions()
+        self.server = build_server(services_of, self.sessions)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=IDLE_TIMEOUT_S,
+            max_request_body_size=MAX_BODY_BYTES,
+        )
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The transport's task group; entered once, in the app's lifespan."""
+        async with self.manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        try:
+            principal = await authenticate(self._services_of(),
+                                           bearer_token(headers.get("authorization")))
+            if principal.role not in SESSION_ROLES:
+                raise Forbidden(f"this needs one of the roles: {', '.join(SESSION_ROLES)}")
+        except NaviError as exc:
+            await error_response(status_for(exc), exc.code, exc.message)(scope, receive, send)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        scope["user"] = AuthenticatedUser(AccessToken(
+            token=principal.token_id, client_id=principal.token_id, scopes=[]))
+        await self.manager.handle_request(scope, receive, send)
