@@ -224,6 +224,7 @@ def _default_images() -> dict[str, ImageName]:
     return {
         "code_exec": "python",
         "terminal": "python",
+        "read_document": "python",
         USER_TOOLS_GROUP: "tools-runner",
         "group:cad": "openscad",
     }

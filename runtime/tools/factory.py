@@ -13,11 +13,13 @@ from pathlib import Path
 from runtime.policy.engine import PolicyEngine
 from runtime.tools.builtin import (
     CodeExecTool,
+    EditFileTool,
     FilesystemTool,
     HttpRequestTool,
     ImageViewTool,
     ListToolsTool,
     MemoryTool,
+    ReadDocumentTool,
     ScratchpadTool,
     TerminalTool,
     TodoTool,
@@ -75,6 +77,8 @@ def build_tools(
         CodeExecTool(),
         TerminalTool(),
         FilesystemTool(),
+        EditFileTool(),
+        ReadDocumentTool(),
         TodoTool(notes),
         ScratchpadTool(notes),
         MemoryTool(memory),

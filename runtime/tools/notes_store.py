@@ -1,4 +1,5 @@
-"""Per-session working notes of the agent: the `todo` list and the `scratchpad` text.
+"""Per-session working notes of the agent: the `todo` list and the `scratchpad` (one default
+note and named ones).
 
 Kept in `<data_dir>/notes.sqlite3` so a plan survives a supervisor restart. Every row is
 keyed by (tenant, session); nothing here can reach another session's notes. The API calls
@@ -18,6 +19,8 @@ TodoStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
 MAX_TODOS = 200
 MAX_TODO_CHARS = 500
 MAX_SCRATCHPAD_CHARS = 64 * 1024
+MAX_NOTES = 50
+NOTE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS todos (
@@ -35,6 +38,14 @@ CREATE TABLE IF NOT EXISTS scratchpads (
     content TEXT NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY (tenant, session)
+);
+CREATE TABLE IF NOT EXISTS notes (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    name TEXT NOT NULL,
+    content TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session, name)
 );
 """
 
@@ -120,6 +131,20 @@ class NotesStore(SqliteFile):
         if cur.rowcount == 0:
             raise NotFound(f"no todo item {item_id}")
 
+    async def set_todos(self, tenant: str, session: str,
+                        items: list[tuple[str, TodoStatus]]) -> None:
+        """Replace the whole list (ids from 1, in order) in one transaction."""
+        if len(items) > MAX_TODOS:
+            raise InvalidInput(f"the todo list holds at most {MAX_TODOS} items")
+        rows = [(tenant, session, i, _check_title(title), status, time.time())
+                for i, (title, status) in enumerate(items, 1)]
+        db = await self._conn()
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.executemany(
+            "INSERT INTO todos (tenant, session, id, title, status, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)", rows)
+        await db.commit()
+
     async def clear_todos(self, tenant: str, session: str) -> None:
         db = await self._conn()
         await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
@@ -147,8 +172,53 @@ class NotesStore(SqliteFile):
         )
         await db.commit()
 
+    async def note(self, tenant: str, session: str, name: str) -> str | None:
+        db = await self._conn()
+        async with db.execute(
+            "SELECT content FROM notes WHERE tenant = ? AND session = ? AND name = ?",
+            (tenant, session, name),
+        ) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else None
+
+    async def set_note(self, tenant: str, session: str, name: str, content: str) -> None:
+        """Create or replace note `name`; an empty content deletes it."""
+        if len(content) > MAX_SCRATCHPAD_CHARS:
+            raise InvalidInput(f"a note holds at most {MAX_SCRATCHPAD_CHARS} characters")
+        db = await self._conn()
+        if not content:
+            await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ? AND name = ?",
+                             (tenant, session, name))
+            await db.commit()
+            return
+        async with db.execute(
+            "SELECT COUNT(*) FROM notes WHERE tenant = ? AND session = ? AND name != ?",
+            (tenant, session, name),
+        ) as cur:
+            row = await cur.fetchone()
+        if row and row[0] >= MAX_NOTES:
+            raise InvalidInput(f"a session keeps at most {MAX_NOTES} named notes; clear one")
+        await db.execute(
+            "INSERT INTO notes (tenant, session, name, content, updated_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session, name) DO UPDATE SET "
+            "content = excluded.content, updated_at = excluded.updated_at",
+            (tenant, session, name, content, time.time()),
+        )
+        await db.commit()
+
+    async def notes(self, tenant: str, session: str) -> list[tuple[str, int]]:
+        """(name, characters) of the session's named notes, by name."""
+        db = await self._conn()
+        async with db.execute(
+            "SELECT name, length(content) FROM notes WHERE tenant = ? AND session = ? "
+            "ORDER BY name", (tenant, session),
+        ) as cur:
+            rows = await cur.fetchall()
+        return [(str(r[0]), int(r[1])) for r in rows]
+
     async def drop_session(self, tenant: str, session: str) -> None:
         db = await self._conn()
+        await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ?", (tenant, session))
         await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
         await db.execute(
             "DELETE FROM scratchpads WHERE tenant = ? AND session = ?", (tenant, session)

@@ -9,6 +9,7 @@ protection is off: a browser page cannot attach a bearer token without the clien
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -46,9 +47,27 @@ class McpEndpoint:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The transport's task group; entered once, in the app's lifespan."""
-        async with self.manager.run():
+        """The transport's task group, for the app's lifespan. It lives in a task of its own:
+        a lifespan may be entered and left in different tasks (test clients do), an anyio
+        task group may not."""
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self.manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(hold(), name="navi-mcp-transport")
+        waiting = asyncio.ensure_future(started.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiting.cancel()
+            task.result()  # its start-up error
+        try:
             yield
+        finally:
+            stop.set()
+            await task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -1,5 +1,7 @@
 """The built-in tools (each module one family; they run no code but through the Executor)."""
 
+from runtime.tools.builtin.document import ReadDocumentTool
+from runtime.tools.builtin.edit import EditFileTool
 from runtime.tools.builtin.exec import CodeExecTool, TerminalTool
 from runtime.tools.builtin.filesystem import FilesystemTool
 from runtime.tools.builtin.image_view import ImageViewTool
@@ -10,11 +12,13 @@ from runtime.tools.builtin.web import HttpRequestTool, WebViewTool
 
 __all__ = [
     "CodeExecTool",
+    "EditFileTool",
     "FilesystemTool",
     "HttpRequestTool",
     "ImageViewTool",
     "ListToolsTool",
     "MemoryTool",
+    "ReadDocumentTool",
     "ScratchpadTool",
     "TerminalTool",
     "TodoTool",

@@ -7,16 +7,19 @@ streams to `ctx.on_output` while the container runs.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from runtime.errors import InvalidInput, NaviError
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
 from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
 
 # One argv string may not exceed the kernel's MAX_ARG_STRLEN (128 KiB).
 MAX_CODE_BYTES = 120 * 1024
 MAX_COMMAND_BYTES = 64 * 1024
+WORKDIR = "/workspace"
 
 
 def _fits(value: str, limit: int, what: str) -> str:
@@ -39,6 +42,13 @@ class CodeExecParams(ToolParams):
 
 class TerminalParams(ToolParams):
     command: str = Field(min_length=1, description="a shell command line, run with bash -c")
+    timeout_s: float | None = Field(
+        None, gt=0, le=3600,
+        description="seconds before the command is killed (default: the policy's; above the "
+                    "policy's max it is clamped, and the result says the value used)")
+    cwd: str | None = Field(
+        None, max_length=1024,
+        description="working directory, relative to the session's files (default: their top)")
 
     @field_validator("command")
     @classmethod
@@ -94,16 +104,45 @@ class TerminalTool(BuiltinTool):
     name = "terminal"
     description = (
         "Run one shell command line (bash -c) in a fresh sandbox with the session's files as "
-        "working directory; returns stdout, stderr and the exit code."
+        "working directory (or `cwd` below them); returns stdout, stderr and the exit code. "
+        "`timeout_s` for long commands (clamped to the policy's max)."
     )
     group = "group:exec"
     Params = TerminalParams
     runs_in_sandbox: ClassVar[bool] = True
 
     @staticmethod
-    def call_for(params: TerminalParams) -> Invocation:
-        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.command])
+    def call_for(params: TerminalParams, workdir: str = WORKDIR) -> Invocation:
+        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.command],
+                          workdir=workdir)
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
-        action = self.action(params.model_dump(), ctx)
-        return outcome_result(await run_sandboxed(ctx, action, self.call_for(params)))
+        workdir = await _workdir(ctx, params.cwd)
+        action = self.action(params.model_dump(exclude_none=True), ctx)
+        if params.timeout_s is not None:
+            action = action.model_copy(update={"timeout_s": params.timeout_s})
+        outcome = await run_sandboxed(ctx, action, self.call_for(params, workdir))
+        result = outcome_result(outcome)
+        if params.timeout_s is not None and outcome.timeout_s < params.timeout_s:
+            note = (f"[timeout: {outcome.timeout_s:g} s, the policy's maximum, not the "
+                    f"{params.timeout_s:g} s asked]")
+            result = result.model_copy(update={"output": f"{note}\n{result.output or ''}"})
+        return result
+
+
+async def _workdir(ctx: ToolContext, cwd: str | None) -> str:
+    """`/workspace/<cwd>` for a directory inside the session's files; anything else (a path
+    that leaves them, a link, a file, nothing) is `InvalidInput`."""
+    if cwd is None or cwd.strip("/") in ("", "."):
+        return WORKDIR
+    ws = ctx.workspace
+    if ws is None:
+        raise InvalidInput("this call has no session workspace for a cwd")
+    try:
+        found = await asyncio.to_thread(ws.stat, cwd.strip("/") if not cwd.startswith("/")
+                                        else cwd)
+    except NaviError as exc:
+        raise InvalidInput(f"cwd {cwd!r}: {exc.message}") from None
+    if found.kind != "dir":
+        raise InvalidInput(f"cwd {cwd!r} is a file, not a directory")
+    return f"{WORKDIR}/{found.path}"

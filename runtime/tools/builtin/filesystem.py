@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from runtime.errors import InvalidInput
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult, record_change
+from runtime.tools.builtin.text_lines import line_range
 
 MAX_READ_BYTES = 1024 * 1024
 MAX_WRITE_CHARS = 10 * 1024 * 1024
@@ -35,6 +36,10 @@ class FilesystemParams(ToolParams):
         None, max_length=1024, description="new workspace-relative path (move)"
     )
     overwrite: bool = Field(False, description="move: replace an existing destination file")
+    offset: int | None = Field(
+        None, ge=1, description="read: the first line to show (1-based); lines come numbered")
+    limit: int | None = Field(
+        None, ge=1, le=5000, description="read: how many lines to show (default 500 with offset)")
 
     @model_validator(mode="after")
     def _needs(self) -> FilesystemParams:
@@ -52,8 +57,9 @@ class FilesystemParams(ToolParams):
 class FilesystemTool(BuiltinTool):
     name = "filesystem"
     description = (
-        "Work with this session's files (the sandbox's working directory): read, write, "
-        "list, delete, move. Paths are relative to the workspace."
+        "Work with this session's files (the sandbox's working directory): read (all, or "
+        "numbered lines from offset/limit), write, list, delete, move. Paths are relative to "
+        "the workspace."
     )
     group = "group:fs"
     Params = FilesystemParams
@@ -73,7 +79,11 @@ class FilesystemTool(BuiltinTool):
                     "use image_view for images or code_exec to inspect binary data",
                     path=params.path, size=len(data),
                 )
-            return ToolResult.ok(text, path=params.path, size=len(data))
+            if params.offset is None and params.limit is None:
+                return ToolResult.ok(text, path=params.path, size=len(data))
+            shown, where = line_range(text, params.offset or 1, params.limit or 500)
+            return ToolResult.ok(f"{shown}\n{where}" if shown else where, path=params.path,
+                                 size=len(data))
         if action == "write":
             assert params.content is not None
             await record_change(ctx, "file.write", params.path)

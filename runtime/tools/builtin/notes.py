@@ -7,15 +7,30 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
-from runtime.tools.notes_store import MAX_SCRATCHPAD_CHARS, NotesStore, TodoStatus
+from runtime.tools.notes_store import (
+    MAX_SCRATCHPAD_CHARS,
+    MAX_TODO_CHARS,
+    MAX_TODOS,
+    NOTE_NAME_PATTERN,
+    NotesStore,
+    TodoStatus,
+)
 
 _MARK = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]", "failed": "[!]", "skipped": "[-]"}
 
 
+class TodoItem(ToolParams):
+    title: str = Field(min_length=1, max_length=MAX_TODO_CHARS)
+    status: TodoStatus = "pending"
+
+
 class TodoParams(ToolParams):
-    action: Literal["add", "update", "remove", "list", "clear"] = Field(
-        description="add an item, update its status/title, remove it, list all, or clear all"
+    action: Literal["add", "update", "remove", "list", "clear", "set"] = Field(
+        description="add an item, update its status/title, remove it, list all, clear all, "
+        "or set the whole list at once (items)"
     )
+    items: list[TodoItem] | None = Field(
+        None, max_length=MAX_TODOS, description="set: the whole list, in order (ids from 1)")
     title: str | None = Field(None, max_length=500, description="item text (add, update)")
     id: int | None = Field(None, ge=1, description="item id (update, remove)")
     status: TodoStatus | None = Field(
@@ -30,6 +45,8 @@ class TodoParams(ToolParams):
             raise ValueError(f"action '{self.action}' needs an id")
         if self.action == "update" and self.status is None and self.title is None:
             raise ValueError("action 'update' needs a status or a title")
+        if self.action == "set" and self.items is None:
+            raise ValueError("action 'set' needs items (an empty list clears)")
         return self
 
 
@@ -44,7 +61,8 @@ class TodoTool(BuiltinTool):
     name = "todo"
     description = (
         "Keep a todo list for this session: add items, update their status "
-        "(pending, in_progress, done, failed, skipped), remove, list or clear them."
+        "(pending, in_progress, done, failed, skipped), remove, list or clear them, or set "
+        "the whole list at once."
     )
     group = "group:memory"
     Params = TodoParams
@@ -69,6 +87,10 @@ class TodoTool(BuiltinTool):
         elif params.action == "clear":
             await self.notes.clear_todos(t, s)
             head = "cleared the list"
+        elif params.action == "set":
+            assert params.items is not None
+            await self.notes.set_todos(t, s, [(i.title, i.status) for i in params.items])
+            head = f"set the list ({len(params.items)} items)"
         else:
             head = "todo list"
         items = await self.notes.todos(t, s)
@@ -76,9 +98,13 @@ class TodoTool(BuiltinTool):
 
 
 class ScratchpadParams(ToolParams):
-    action: Literal["read", "write", "append", "clear"] = Field(
-        description="read the notes, replace them (write), add to them (append), or clear them"
+    action: Literal["read", "write", "append", "clear", "list"] = Field(
+        description="read a note, replace it (write), add to it (append), clear it, or list "
+        "the named notes"
     )
+    name: str | None = Field(
+        None, pattern=NOTE_NAME_PATTERN,
+        description="a named note (e.g. 'plan', 'api findings'); omitted: the default note")
     content: str | None = Field(
         None, max_length=MAX_SCRATCHPAD_CHARS, description="text (write, append)"
     )
@@ -92,7 +118,10 @@ class ScratchpadParams(ToolParams):
 
 class ScratchpadTool(BuiltinTool):
     name = "scratchpad"
-    description = "Private notes for this session: read, write (replace), append or clear."
+    description = (
+        "Private notes for this session: one default note and named ones (name). Read, "
+        "write (replace), append, clear, or list the named notes."
+    )
     group = "group:memory"
     Params = ScratchpadParams
 
@@ -101,16 +130,37 @@ class ScratchpadTool(BuiltinTool):
 
     async def execute(self, params: ScratchpadParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         t, s = ctx.tenant, ctx.session
+        if params.action == "list":
+            named = await self.notes.notes(t, s)
+            default = len(await self.notes.scratchpad(t, s))
+            lines = [f"(default note)\t{default} characters"] if default else []
+            lines += [f"{name}\t{chars} characters" for name, chars in named]
+            return ToolResult.ok("\n".join(lines) or "(no notes)",
+                                 notes=[{"name": n, "chars": c} for n, c in named])
+        label = f"note {params.name!r}" if params.name else "scratchpad"
+        current = await self._get(t, s, params.name)
         if params.action == "read":
-            text = await self.notes.scratchpad(t, s)
-            return ToolResult.ok(text or "(the scratchpad is empty)", chars=len(text))
+            if params.name and current is None:
+                return ToolResult.fail(f"no note named {params.name!r}; "
+                                       "scratchpad list shows the names")
+            return ToolResult.ok(current or f"(the {label} is empty)", chars=len(current or ""))
         if params.action == "clear":
-            await self.notes.set_scratchpad(t, s, "")
-            return ToolResult.ok("scratchpad cleared", chars=0)
+            await self._put(t, s, params.name, "")
+            return ToolResult.ok(f"{label} cleared", chars=0)
         assert params.content is not None
         text = params.content
-        if params.action == "append":
-            current = await self.notes.scratchpad(t, s)
-            text = f"{current}\n{text}" if current else text
-        await self.notes.set_scratchpad(t, s, text)
-        return ToolResult.ok(f"scratchpad saved ({len(text)} characters)", chars=len(text))
+        if params.action == "append" and current:
+            text = f"{current}\n{text}"
+        await self._put(t, s, params.name, text)
+        return ToolResult.ok(f"{label} saved ({len(text)} characters)", chars=len(text))
+
+    async def _get(self, tenant: str, session: str, name: str | None) -> str | None:
+        if name:
+            return await self.notes.note(tenant, session, name)
+        return await self.notes.scratchpad(tenant, session)
+
+    async def _put(self, tenant: str, session: str, name: str | None, text: str) -> None:
+        if name:
+            await self.notes.set_note(tenant, session, name, text)
+        else:
+            await self.notes.set_scratchpad(tenant, session, text)
