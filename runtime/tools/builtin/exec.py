@@ -20,6 +20,7 @@ from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_
 MAX_CODE_BYTES = 120 * 1024
 MAX_COMMAND_BYTES = 64 * 1024
 WORKDIR = "/workspace"
+CD_THEN_RUN = 'cd -- "$0" || exit 125; exec bash --noprofile --norc -c "$1"'
 
 
 def _fits(value: str, limit: int, what: str) -> str:
@@ -113,8 +114,12 @@ class TerminalTool(BuiltinTool):
 
     @staticmethod
     def call_for(params: TerminalParams, workdir: str = WORKDIR) -> Invocation:
-        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.command],
-                          workdir=workdir)
+        shell = ["bash", "--noprofile", "--norc", "-c"]
+        if workdir == WORKDIR:
+            return Invocation(argv=[*shell, params.command])
+        # the workspace stays mounted at /workspace; the command runs, as `bash -c` would
+        # run it, from the directory below it (arguments, never text pasted into a script)
+        return Invocation(argv=[*shell, CD_THEN_RUN, workdir, params.command])
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
         workdir = await _workdir(ctx, params.cwd)
