@@ -1,0 +1,268 @@
+"""inspect_ai's sandbox type `navi`: every sample's commands run in Navi, per call, audited.
+
+Installing navi-runtime registers it (entry point `inspect_ai: navi`), so an eval says
+`--sandbox navi` (or `sandbox=("navi", "navi.yaml")`). Configuration: `NAVI_URL` and
+`NAVI_TOKEN` (a user token), or a YAML file with `url`, `token` (or `token_env`), `profile`.
+
+One Navi session per sample (opened at `sample_init`, deleted at `sample_cleanup`). `exec`
+is one `terminal` call through `POST /v1/sessions/{id}/exec`: decided by the server's
+policy, written to its audit log, run in a fresh sandbox with the session's files as the
+working directory. Files go through the files API. What a per-call, non-root sandbox does
+not offer raises what inspect expects (README, "inspect_ai"): another user
+(`SandboxUserUnsupportedError`), files outside the workspace (`PermissionError`: nothing
+outside it survives a call).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import posixpath
+import re
+import secrets
+import shlex
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import httpx
+import yaml
+from inspect_ai.util import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+    SandboxEnvironmentConfigType,
+    SandboxEnvironmentLimits,
+    SandboxUserUnsupportedError,
+    sandboxenv,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+WORKSPACE = "/workspace"
+SCRATCH = ".inspect-navi-"  # names of the provider's own short-lived workspace files
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INLINE_SCRIPT_BYTES = 60 * 1024  # terminal's command limit is 64 KiB; larger go by file
+HTTP_TIMEOUT_S = 600.0
+
+
+class NaviSandboxConfig(BaseModel):
+    """The `navi` sandbox's configuration (a YAML file, or the environment)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(description="the Navi server, e.g. http://127.0.0.1:8000")
+    token: str | None = Field(None, description="a user token (prefer token_env)")
+    token_env: str = Field("NAVI_TOKEN", description="environment variable with the token")
+    profile: str | None = Field(None, description="session profile (default: the tenant's)")
+
+    def bearer(self) -> str:
+        token = self.token or os.environ.get(self.token_env, "")
+        if not token:
+            raise RuntimeError(f"navi sandbox: no token (set {self.token_env} or `token`)")
+        return token
+
+
+def load_config(config: SandboxEnvironmentConfigType | None) -> NaviSandboxConfig:
+    if isinstance(config, NaviSandboxConfig):
+        return config
+    if isinstance(config, str):
+        data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+        return NaviSandboxConfig(**data)
+    if isinstance(config, BaseModel):
+        return NaviSandboxConfig(**config.model_dump())
+    url = os.environ.get("NAVI_URL", "")
+    if not url:
+        raise RuntimeError("navi sandbox: set NAVI_URL (and NAVI_TOKEN) or pass a config file")
+    return NaviSandboxConfig(url=url)
+
+
+def workspace_path(file: str) -> str | None:
+    """The workspace-relative form of `file`, or None when it lies outside the workspace."""
+    path = posixpath.normpath(file if file.startswith("/") else f"{WORKSPACE}/{file}")
+    if path == WORKSPACE or not path.startswith(f"{WORKSPACE}/"):
+        return None
+    return path[len(WORKSPACE) + 1:]
+
+
+def outside(file: str) -> PermissionError:
+    return PermissionError(
+        f"{file}: outside the session's workspace ({WORKSPACE}); a Navi sandbox lives for "
+        "one call, so only workspace files persist and only they can be written")
+
+
+@sandboxenv(name="navi")
+class NaviSandboxEnvironment(SandboxEnvironment):
+    def __init__(self, client: httpx.AsyncClient, session: str) -> None:
+        super().__init__()
+        self.client = client
+        self.session = session
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
+        return NaviSandboxConfig(**config)
+
+    @classmethod
+    async def sample_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
+                          metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+        settings = load_config(config)
+        client = httpx.AsyncClient(
+            base_url=settings.url.rstrip("/"), timeout=HTTP_TIMEOUT_S,
+            headers={"Authorization": f"Bearer {settings.bearer()}"})
+        body: dict[str, Any] = {"title": f"inspect: {task_name}"[:200]}
+        if settings.profile:
+            body["profile"] = settings.profile
+        resp = await client.post("/v1/sessions", json=body)
+        if resp.status_code != 201:
+            await client.aclose()
+            raise RuntimeError(f"navi sandbox: cannot open a session: {_error(resp)}")
+        return {"default": cls(client, resp.json()["id"])}
+
+    @classmethod
+    async def sample_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
+                             environments: dict[str, SandboxEnvironment],
+                             interrupted: bool) -> None:
+        for env in environments.values():
+            if isinstance(env, NaviSandboxEnvironment):
+                try:
+                    await env.client.delete(f"/v1/sessions/{env.session}")
+                finally:
+                    await env.client.aclose()
+
+    # ---- exec -----------------------------------------------------------------------
+
+    async def exec(self, cmd: list[str], input: str | bytes | None = None,
+                   cwd: str | None = None, env: dict[str, str] | None = None,
+                   user: str | None = None, timeout: int | None = None,
+                   timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
+        if user is not None:
+            raise SandboxUserUnsupportedError(
+                f"navi sandboxes run every call as the tenant's own unprivileged uid; "
+                f"running as {user!r} is not supported")
+        scratch: list[str] = []
+        try:
+            lines = []
+            if input is not None:
+                name = await self._scratch(input.encode() if isinstance(input, str) else input)
+                scratch.append(name)
+                lines.append(f"exec 0< {shlex.quote(f'{WORKSPACE}/{name}')}")
+            else:
+                lines.append("exec 0</dev/null")
+            for key, value in (env or {}).items():
+                if not ENV_NAME.match(key):
+                    raise ValueError(f"not an environment variable name: {key!r}")
+                lines.append(f"export {key}={shlex.quote(value)}")
+            if cwd:
+                lines.append(f"cd -- {shlex.quote(cwd)} || exit 1")
+            lines.append(shlex.join(cmd))
+            script = "\n".join(lines)
+            if len(script.encode()) > INLINE_SCRIPT_BYTES:
+                name = await self._scratch(script.encode())
+                scratch.append(name)
+                script = f"exec bash --noprofile --norc {shlex.quote(f'{WORKSPACE}/{name}')}"
+            return await self._run(script, timeout)
+        finally:
+            for name in scratch:
+                await self.client.delete(f"/v1/sessions/{self.session}/files/{name}")
+
+    async def _run(self, script: str, timeout: int | None) -> ExecResult[str]:
+        body: dict[str, Any] = {"tool": "terminal", "args": {"command": script}}
+        if timeout is not None:
+            body["timeout_s"] = timeout
+        resp = await self.client.post(f"/v1/sessions/{self.session}/exec", json=body)
+        if resp.status_code == 403:
+            raise PermissionError(f"denied by Navi's policy: {_error(resp)}")
+        if resp.status_code != 200:
+            raise RuntimeError(f"navi exec failed: {_error(resp)}")
+        out = resp.json()
+        if out.get("timed_out"):
+            raise TimeoutError(f"command timed out after {timeout} s")
+        stdout, stderr = out.get("stdout") or "", out.get("stderr") or ""
+        code = out.get("exit_code")
+        if code == 126 and "Permission denied" in stderr:
+            raise PermissionError(stderr.strip())
+        limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
+        if out.get("truncated") or len(stdout) > limit or len(stderr) > limit:
+            raise OutputLimitExceededError(
+                SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout[:limit])
+        return ExecResult(success=code == 0, returncode=code if code is not None else -1,
+                          stdout=stdout, stderr=stderr)
+
+    async def _scratch(self, data: bytes) -> str:
+        name = f"{SCRATCH}{secrets.token_hex(8)}"
+        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{name}", content=data)
+        if resp.status_code not in (200, 201):
+            raise RuntimeError(f"navi sandbox: cannot stage data: {_error(resp)}")
+        return name
+
+    # ---- files ----------------------------------------------------------------------
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        rel = workspace_path(file)
+        if rel is None:
+            raise outside(file)
+        data = contents.encode("utf-8") if isinstance(contents, str) else contents
+        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{rel}", content=data)
+        if resp.status_code in (200, 201):
+            return
+        message = _error(resp)
+        if "is a directory" in message.lower():
+            raise IsADirectoryError(f"{file}: is a directory")
+        if resp.status_code in (401, 403):
+            raise PermissionError(f"{file}: {message}")
+        raise RuntimeError(f"navi sandbox: cannot write {file}: {message}")
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        rel = workspace_path(file)
+        if rel is None:
+            data = await self._read_outside(file)
+        else:
+            data = await self._read_workspace(file, rel)
+        return data.decode("utf-8") if text else data
+
+    async def _read_workspace(self, file: str, rel: str) -> bytes:
+        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
+        async with self.client.stream("GET", f"/v1/sessions/{self.session}/files/{rel}") as resp:
+            if resp.status_code != 200:
+                await resp.aread()
+                message = _error(resp)
+                if "is a directory" in message.lower():
+                    raise IsADirectoryError(f"{file}: is a directory")
+                if resp.status_code in (400, 404):  # no such file, or no such name
+                    raise FileNotFoundError(f"{file}: no such file")
+                raise PermissionError(f"{file}: {message}")
+            if int(resp.headers.get("content-length", "0")) > limit:
+                raise OutputLimitExceededError(
+                    SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
+            return await resp.aread()
+
+    async def _read_outside(self, file: str) -> bytes:
+        """A file of the image (e.g. /etc/os-release), read in a sandbox."""
+        quoted = shlex.quote(file)
+        result = await self._run(
+            f"if [ -d {quoted} ]; then echo 'is a directory' >&2; exit 21; fi\n"
+            f"base64 -w0 -- {quoted}", None)
+        if result.returncode == 21:
+            raise IsADirectoryError(f"{file}: is a directory")
+        if not result.success:
+            if "No such file" in result.stderr:
+                raise FileNotFoundError(f"{file}: no such file")
+            raise PermissionError(f"{file}: {result.stderr.strip()}")
+        data = base64.b64decode(result.stdout)
+        if len(data) > SandboxEnvironmentLimits.MAX_READ_FILE_SIZE:
+            raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
+        return data
+
+
+def _error(resp: httpx.Response) -> str:
+    try:
+        error = resp.json().get("error") or {}
+        return f"{resp.status_code} {error.get('code')}: {error.get('message')}"
+    except ValueError:
+        return f"{resp.status_code} {resp.text[:300]}"
