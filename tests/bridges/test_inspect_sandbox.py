@@ -86,3 +86,32 @@ def test_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeError, match="NAVI_URL"):
         load_config(None)
     assert os.environ.get("NAVI_URL") is None
+
+
+def test_an_eval_runs_end_to_end_with_sandbox_navi(server: Server, config: NaviSandboxConfig,
+                                                   tmp_path: os.PathLike[str]) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from inspect_ai.log import read_eval_log
+
+    root = Path(__file__).resolve().parents[2]
+    logs = Path(tmp_path) / "logs"
+    env = {**os.environ, "NAVI_URL": server.url, "NAVI_TOKEN": config.token or "",
+           "INSPECT_LOG_DIR": str(logs), "INSPECT_DISPLAY": "none"}
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("inspect")), "eval",
+         "tests/fakes/inspect_eval.py", "--model", "mockllm/model", "--sandbox", "navi",
+         "--log-dir", str(logs)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [log_file] = list(logs.glob("*.eval")) or list(logs.glob("*.json"))
+    log = read_eval_log(str(log_file))
+    assert log.status == "success", log.error
+    assert log.samples is not None and log.samples[0].output.completion == "42"
+    assert log.results is not None
+    assert log.results.scores[0].metrics["accuracy"].value == 1.0
+    with server.client(config.token) as client:  # the sample's session is gone
+        assert [s for s in client.get("/v1/sessions").json()
+                if s["title"] == "inspect: navi_multiply"] == []
