@@ -100,11 +100,14 @@ async def measure(runs: int) -> dict[str, Any]:
            "NAVI_LOG_FORMAT": "json", "NAVI_WARM_POOL_SIZE": "1",
            "NAVI_EMBEDDED_MODEL": "off"}
     log_path = tmp / "server.log"
+    policy = tmp / "policy.yaml"  # default.yaml with room for every timed call in a minute
+    policy.write_text((PROJECT_ROOT / "policies" / "default.yaml").read_text().replace(
+        "execs_per_minute: 60", "execs_per_minute: 100000"))
     with log_path.open("wb") as log_file:
         server = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(port)], cwd=PROJECT_ROOT, env=env, stdout=log_file,
-            stderr=subprocess.STDOUT)
+             "--port", str(port), "--policy", str(policy)], cwd=PROJECT_ROOT, env=env,
+            stdout=log_file, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
