@@ -96,9 +96,12 @@ class Settings(BaseSettings):
         "watcher and no new event.")
     egress_allow_loopback: bool = Field(
         False, description="Tests only: the egress proxy may reach 127.0.0.0/8 and ::1.")
+    search_url: str | None = Field(
+        None, description="SearXNG-compatible JSON search endpoint for `web_search`, e.g. "
+        "http://searxng:8080/search (its host must be granted to the tool by the policy).")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
-                     "persona", mode="before")
+                     "persona", "search_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

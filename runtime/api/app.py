@@ -66,7 +66,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         opened.append(backend.close)
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings))
-        tools = build_tools(settings.data_dir, policy=policy, executor=executor)
+        tools = build_tools(settings.data_dir, policy=policy, executor=executor,
+                            search_url=settings.search_url)
         await tools.open()
         opened.append(tools.close)
         agent = AgentService.from_settings(settings)

@@ -24,6 +24,7 @@ from runtime.tools.builtin import (
     TerminalTool,
     TodoTool,
     ToolManualTool,
+    WebSearchTool,
     WebViewTool,
 )
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
@@ -67,6 +68,7 @@ def build_tools(
     shipped_dir: Path | None = DEFAULT_SHIPPED_DIR,
     manuals_dir: Path = DEFAULT_MANUALS_DIR,
     executor: ExecutorLike | None = None,
+    search_url: str | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
     data_dir = Path(data_dir)
@@ -94,6 +96,7 @@ def build_tools(
         Render3DTool(),
         HttpRequestTool(),
         WebViewTool(),
+        WebSearchTool(search_url),
         McpStatusTool(),
     ]
     # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)

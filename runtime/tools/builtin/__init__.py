@@ -8,7 +8,7 @@ from runtime.tools.builtin.image_view import ImageViewTool
 from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
-from runtime.tools.builtin.web import HttpRequestTool, WebViewTool
+from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
     "CodeExecTool",
@@ -23,5 +23,6 @@ __all__ = [
     "TerminalTool",
     "TodoTool",
     "ToolManualTool",
+    "WebSearchTool",
     "WebViewTool",
 ]

@@ -23,12 +23,13 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from runtime.audit.records import AuditEntry, digest_json
 from runtime.policy.decision import Action, Decision
-from runtime.tools.base import BuiltinTool, ToolContext, ToolResult
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
 from runtime.tools.builtin.web_params import (
     HttpRequestParams,
     WebParamsBase,
@@ -43,6 +44,7 @@ STARTUP_S = 10.0  # container start and interpreter, on top of the request's own
 MAX_BODY_BYTES = 1024 * 1024  # read from the server (http_request)
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # read from the server (web_view: HTML is bulky)
 SHOWN_HEADERS = ("content-type", "content-length", "last-modified", "location", "etag")
+MAX_RESULTS = 20
 
 
 class FetchAnswer(BaseModel):
@@ -212,3 +214,96 @@ class WebViewTool(_WebTool):
         if not reply.ok:
             return ToolResult.fail(reply.message or f"HTTP {reply.status}", output=output, **meta)
         return ToolResult.ok(output, **meta)
+
+
+class WebSearchParams(ToolParams):
+    query: str = Field(min_length=1, max_length=500, description="what to search for")
+    max_results: int = Field(8, ge=1, le=MAX_RESULTS, description="results to return")
+
+
+class WebSearchTool(_WebTool):
+    """`web_search`: a SearXNG-compatible JSON endpoint (`NAVI_SEARCH_URL`), asked exactly
+    like `http_request` asks a host: from a sandbox, through the call's egress proxy, so the
+    policy must grant the tool the search host."""
+
+    name = "web_search"
+    description = (
+        "Search the web (a SearXNG-compatible service the operator runs); returns results as "
+        "title, url and snippet. Read a result with web_view."
+    )
+    Params = WebSearchParams
+    mode = "request"
+
+    def __init__(self, search_url: str | None = None) -> None:
+        self.search_url = search_url
+
+    def probe_args(self) -> list[dict[str, Any]]:
+        return [{"query": "navi"}]
+
+    async def execute(self, params: WebSearchParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+        if not self.search_url:
+            return ToolResult.fail("web search is not configured on this server "
+                                   "(NAVI_SEARCH_URL is unset)")
+        sep = "&" if "?" in self.search_url else "?"
+        url = f"{self.search_url}{sep}{urlencode({'q': params.query, 'format': 'json'})}"
+        try:
+            request = HttpRequestParams(url=url, method="GET",
+                                        headers={"Accept": "application/json"})
+        except ValidationError as exc:
+            return ToolResult.fail(f"NAVI_SEARCH_URL is not a usable URL: {exc.errors()[0]['msg']}")
+        result = await super().execute(request, ctx)
+        meta = {**result.metadata, "query": params.query}
+        if not result.success:
+            return result.model_copy(update={"metadata": meta})
+        results = meta.get("results", [])[:params.max_results]
+        meta["results"] = results
+        return result.model_copy(update={"output": render_results(results), "metadata": meta})
+
+    def job(self, params: HttpRequestParams) -> dict[str, Any]:  # type: ignore[override]
+        return {"method": "GET", "headers": params.headers, "body": None,
+                "max_body_bytes": MAX_BODY_BYTES, "max_chars": 0}
+
+    def answer(self, params: HttpRequestParams, reply: FetchAnswer,  # type: ignore[override]
+               meta: dict[str, Any]) -> ToolResult:
+        if not reply.ok:
+            return ToolResult.fail(f"the search service answered HTTP {reply.status}", **meta)
+        results = search_results(reply.body or "", MAX_RESULTS)
+        if results is None:
+            return ToolResult.fail("the search service's answer is not SearXNG JSON", **meta)
+        meta["results"] = results
+        return ToolResult.ok(render_results(results), **meta)
+
+
+def render_results(results: list[dict[str, str]]) -> str:
+    lines = [f"{i}. {r['title']}\n   {r['url']}" + (f"\n   {r['snippet']}" if r["snippet"]
+                                                   else "")
+             for i, r in enumerate(results, 1)]
+    return "\n".join(lines) or "(no results)"
+
+
+def search_results(body: str, wanted: int) -> list[dict[str, str]] | None:
+    """`[{title, url, snippet}]` from a SearXNG JSON answer (untrusted: shapes checked,
+    sizes capped, only http(s) URLs); None when it is not one."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    items = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return None
+    found: list[dict[str, str]] = []
+    for item in items:
+        if len(found) >= wanted:
+            break
+        if not isinstance(item, dict):
+            continue
+        url, title, snippet = item.get("url"), item.get("title"), item.get("content")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            continue
+        found.append({"title": _clean(title, 200) or url[:200], "url": url[:2048],
+                      "snippet": _clean(snippet, 400)})
+    return found
+
+
+def _clean(value: Any, limit: int) -> str:
+    return " ".join(value.split())[:limit] if isinstance(value, str) else ""
