@@ -132,7 +132,9 @@ class Turn:
         log.info("turn_done", turn=s.turn_id, stop_reason=reason, iterations=self.iterations,
                  **usage)
 
-    async def _steps(self) -> tuple[StopReason, str]:
+    async def _offer(self) -> tuple[list[dict[str, Any]], str]:
+        """The tools the model is offered (the profile's, as the policy lets this subject
+        use them) and the system prompt; a fresh runner for them."""
         s = self.s
         specs = await s.services.tools.registry.specs(s.subject)
         offered = [t for t in specs if s.profile.offers(t.name, t.group)]
@@ -140,7 +142,25 @@ class Turn:
                  for t in offered]
         self.runner = ToolRunner(s.services.calls, s.subject, self.events,
                                  {t.name: t.group for t in offered}, s.profile.stall_repeats)
-        system = system_prompt(s.profile, s.persona, [t.name for t in offered])
+        return tools, system_prompt(s.profile, s.persona, [t.name for t in offered])
+
+    async def _follow_profile(self) -> bool:
+        """After a step: did the session move to another profile (`switch_profile`)? Then
+        the turn goes on under it (subject, agent profile), from the next step."""
+        s = self.s
+        record = await s.services.store.get_session(s.subject.tenant, s.subject.session)
+        if record is None or record.profile == s.subject.profile:
+            return False
+        s.subject = s.subject.model_copy(update={"profile": record.profile})
+        agent = getattr(s.services, "agent", None)
+        if agent is not None:
+            s.profile = agent.profiles.get(record.profile)
+        log.info("turn_profile_switched", turn=s.turn_id, profile=record.profile)
+        return True
+
+    async def _steps(self) -> tuple[StopReason, str]:
+        s = self.s
+        tools, system = await self._offer()
         reported = await s.backend.context_window(s.model)
         window = min(s.profile.context_window, reported or s.profile.context_window)
         builder = ContextBuilder(s.history, s.backend, s.model, window, s.subject.session,
@@ -179,12 +199,15 @@ class Turn:
                                            {"success": False})
                     failed.add(call.id)
                     continue
+                assert self.runner is not None  # made by _offer
                 outcome = await self.runner.run(call)
                 if not outcome.success:
                     failed.add(call.id)
                 if outcome.images:
                     images[call.id] = outcome.images
                 await self._store_tool(call, outcome.content, outcome.meta)
+            if await self._follow_profile():
+                tools, system = await self._offer()
         note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
                 "final answer.")
         return "max_iterations", (last_text + "\n\n" + note) if last_text else note

@@ -23,6 +23,7 @@ from runtime.api.routes import messages as message_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
+from runtime.api.session_profiles import SessionProfiles
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
 from runtime.errors import NaviError
@@ -66,8 +67,10 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         opened.append(backend.close)
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings))
+        hub = EventHub(ReplayLimits.from_settings(settings))
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
-                            search_url=settings.search_url)
+                            search_url=settings.search_url,
+                            profiles=SessionProfiles(policy, store, executor, hub))
         await tools.open()
         opened.append(tools.close)
         agent = AgentService.from_settings(settings)
@@ -80,7 +83,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, agent=agent,
-                        metrics=metrics, hub=EventHub(ReplayLimits.from_settings(settings)))
+                        metrics=metrics, hub=hub)
     services.background.append(services.hub.start_sweeper())
     await _start_sandbox(services)
     return services

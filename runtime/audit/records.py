@@ -29,7 +29,7 @@ Kind = Literal["intent", "outcome", "denied", "interrupted", "approval", "action
 StateChange = Literal[
     "session.create", "session.delete", "file.write", "file.delete", "file.move",
     "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
-    "tenant.create", "approval.decide",
+    "tenant.create", "approval.decide", "session.profile",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000

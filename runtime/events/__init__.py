@@ -14,6 +14,7 @@ from runtime.events.models import (
     ExecOutput,
     ImageRef,
     Notice,
+    ProfileChanged,
     Resync,
     SessionEvent,
     StopReason,
@@ -30,7 +31,7 @@ from runtime.events.replay import ReplayLimits
 
 __all__ = [
     "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event", "EventHub",
-    "ExecOutput", "ImageRef", "Notice", "ReplayLimits", "Resync", "SessionEvent",
+    "ExecOutput", "ImageRef", "Notice", "ProfileChanged", "ReplayLimits", "Resync", "SessionEvent",
     "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd", "StreamStart", "ThinkingDelta",
     "ThinkingEnd", "ToolCallEvent", "ToolResultEvent", "Usage",
 ]

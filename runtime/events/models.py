@@ -213,6 +213,15 @@ class ApprovalDecided(SessionEvent):
     decided_by: str | None = None
 
 
+class ProfileChanged(SessionEvent):
+    """The session's profile changed (`switch_profile`); the agent uses it from its next
+    step."""
+
+    type: Literal["profile_changed"] = "profile_changed"
+    profile: str
+    previous: str
+
+
 class Resync(SessionEvent):
     """Sent to a resuming reader first when events it asked for were already dropped."""
 
@@ -222,7 +231,7 @@ class Resync(SessionEvent):
 
 AnyEvent = (StreamStart | ThinkingDelta | ThinkingEnd | StreamDelta | StreamEnd | Notice
             | ErrorEvent | ToolCallEvent | ToolResultEvent | ExecOutput | ApprovalRequired
-            | ApprovalDecided | Resync)
+            | ApprovalDecided | ProfileChanged | Resync)
 
 
 @dataclass(frozen=True, slots=True)

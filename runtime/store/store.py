@@ -262,6 +262,17 @@ class Store(TokenMethods):
         log.info("session_created", tenant=tenant_id, session=record.id, profile=profile)
         return record
 
+    async def set_session_profile(self, tenant_id: str, session_id: str, profile: str) -> None:
+        """Change a session's profile (the caller checked the policy and audited it)."""
+        if not isinstance(profile, str) or not _NAME_RE.match(profile):
+            raise InvalidInput("malformed profile name")
+        cur = await self._db.execute(
+            "UPDATE sessions SET profile = ? WHERE id = ? AND tenant_id = ?",
+            (profile, session_id, tenant_id))
+        if cur.rowcount == 0:
+            raise NotFound("no such session")
+        log.info("session_profile_set", tenant=tenant_id, session=session_id, profile=profile)
+
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session if it exists AND belongs to ``tenant_id``; otherwise ``None``."""
         if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):

@@ -17,16 +17,19 @@ from runtime.tools.builtin import (
     FilesystemTool,
     HttpRequestTool,
     ImageViewTool,
+    ListProfilesTool,
     ListToolsTool,
     MemoryTool,
     ReadDocumentTool,
     ScratchpadTool,
+    SwitchProfileTool,
     TerminalTool,
     TodoTool,
     ToolManualTool,
     WebSearchTool,
     WebViewTool,
 )
+from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
 from runtime.tools.mcp import McpCatalog, McpStatusTool
@@ -69,6 +72,7 @@ def build_tools(
     manuals_dir: Path = DEFAULT_MANUALS_DIR,
     executor: ExecutorLike | None = None,
     search_url: str | None = None,
+    profiles: ProfileDirectory | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
     data_dir = Path(data_dir)
@@ -98,6 +102,8 @@ def build_tools(
         WebViewTool(),
         WebSearchTool(search_url),
         McpStatusTool(),
+        ListProfilesTool(profiles),
+        SwitchProfileTool(profiles),
     ]
     # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
     mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)

@@ -8,6 +8,7 @@ from runtime.tools.builtin.image_view import ImageViewTool
 from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
+from runtime.tools.builtin.profiles import ListProfilesTool, SwitchProfileTool
 from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
@@ -16,10 +17,12 @@ __all__ = [
     "FilesystemTool",
     "HttpRequestTool",
     "ImageViewTool",
+    "ListProfilesTool",
     "ListToolsTool",
     "MemoryTool",
     "ReadDocumentTool",
     "ScratchpadTool",
+    "SwitchProfileTool",
     "TerminalTool",
     "TodoTool",
     "ToolManualTool",

@@ -220,8 +220,7 @@ class App {
     this.active = view;
     this.setUrl(session.id, { replace: Boolean(this.replaceUrlOnce) });
     this.replaceUrlOnce = false;
-    const label = session.title || `Session ${session.id.slice(-6)}`;
-    $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
+    this.showTitle(session);
     clear($("#timeline-slot")).append(view.timeline.el);
     $("#stop-turn").hidden = !view.timeline.running;
     $("#composer").hidden = false;
@@ -242,6 +241,11 @@ class App {
     }
   }
 
+  showTitle(session) {
+    const label = session.title || `Session ${session.id.slice(-6)}`;
+    $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
+  }
+
   connect(view) {
     const conn = $("#conn");
     conn.hidden = false;
@@ -254,6 +258,10 @@ class App {
         view.timeline.handle(event);
         if (event.type === "approval_required" || event.type === "approval_decided") {
           this.pollApprovals();
+        }
+        if (event.type === "profile_changed") {  // switch_profile: the active profile
+          view.session.profile = event.profile;
+          if (this.active === view) this.showTitle(view.session);
         }
       },
       onState: (state, status) => {

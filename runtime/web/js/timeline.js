@@ -173,6 +173,9 @@ export class Timeline {
       case "notice":
         this.runtimeNotice(event, ts);
         break;
+      case "profile_changed":
+        this.notice(`Profile: ${event.previous} → ${event.profile} (from the next step).`, ts);
+        break;
       default:
         break;
     }
