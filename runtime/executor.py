@@ -167,7 +167,7 @@ class Executor:
         args_sha, args_size = digest_json(action.args)
         base = {"tenant": subject.tenant, "user": subject.user, "session": subject.session,
                 "exec_id": exec_id, "tool": action.tool, "args_sha256": args_sha,
-                "args_size": args_size}
+                "args_size": args_size, "parent_turn": subject.parent_turn}
         with structlog.contextvars.bound_contextvars(
             tenant=subject.tenant, session=subject.session, exec_id=exec_id
         ):
@@ -194,7 +194,7 @@ class Executor:
         args_sha, args_size = digest_json(action.args)
         base = {"tenant": subject.tenant, "user": subject.user, "session": subject.session,
                 "exec_id": None, "tool": action.tool, "args_sha256": args_sha,
-                "args_size": args_size}
+                "args_size": args_size, "parent_turn": subject.parent_turn}
         return await self._decide(subject, action, base, approver)
 
     async def record_action(

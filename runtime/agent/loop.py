@@ -74,6 +74,7 @@ class TurnSetup:
     subject: Subject
     turn_id: str
     content: str
+    parent_call: str | None = None  # a sub-agent's: the spawn_agent call it answers
 
 
 class Turn:
@@ -85,6 +86,7 @@ class Turn:
         self.partial = ""
         self._live: list[str] = []
         self.runner: ToolRunner | None = None
+        self.ended: tuple[str, str] | None = None  # (stop reason or "error", final text)
         self.release: Callable[[], None] = lambda: None
         """Called just before the final event, so a client that reacts to it by sending the
         next message never finds this turn still registered."""
@@ -95,7 +97,7 @@ class Turn:
         self.events.emit(StreamStart(
             turn_id=s.turn_id, model=model_for(s.model) if model_for else s.model,
             profile=s.profile.name, backend=s.backend.name,
-            max_iterations=s.profile.max_iterations))
+            max_iterations=s.profile.max_iterations, parent_call=s.parent_call))
         try:
             reason, content = await self._steps()
         except Stalled as exc:
@@ -113,6 +115,7 @@ class Turn:
                                    meta={"error": exc.code, "message": clip(exc.message, 500)})
             log.warning("turn_failed", code=exc.code, message=exc.message)
             self.release()
+            self.ended = ("error", f"{exc.code}: {exc.message}")
             self.events.emit(ErrorEvent(turn_id=s.turn_id, code=exc.code,
                                         message=clip(exc.message, 2000),
                                         iterations=self.iterations))
@@ -126,6 +129,7 @@ class Turn:
             await s.history.append(s.subject.session, s.turn_id, "assistant", content,
                                    meta={"stop_reason": reason, "usage": usage})
         self.release()
+        self.ended = (reason, content)
         self.events.emit(StreamEnd(turn_id=s.turn_id, content=clip(content, ANSWER_TEXT),
                                    stop_reason=reason, usage=EventUsage(**usage),
                                    iterations=self.iterations))

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from runtime import __version__
 from runtime.agent import AgentService
 from runtime.agent.recovery import close_interrupted_turns
+from runtime.agent.subagent import SubAgents
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.data_disk import DataDiskGuard
@@ -68,9 +69,11 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings))
         hub = EventHub(ReplayLimits.from_settings(settings))
+        subagents = SubAgents()  # bound to the services below, once they exist
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
                             search_url=settings.search_url,
-                            profiles=SessionProfiles(policy, store, executor, hub))
+                            profiles=SessionProfiles(policy, store, executor, hub),
+                            subagents=subagents)
         await tools.open()
         opened.append(tools.close)
         agent = AgentService.from_settings(settings)
@@ -84,6 +87,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, agent=agent,
                         metrics=metrics, hub=hub)
+    subagents.services = services
     services.background.append(services.hub.start_sweeper())
     await _start_sandbox(services)
     return services

@@ -39,6 +39,8 @@ class SessionProfiles:
                             active=n == subject.profile) for n in self.names(subject)]
 
     async def switch(self, subject: Subject, profile: str) -> str:
+        if subject.agent_depth > 0:
+            raise InvalidInput("a sub-agent cannot switch the session's profile")
         names = self.names(subject)
         if profile not in names:
             raise InvalidInput(f"profile {profile!r} is not one this session may use "

@@ -93,6 +93,7 @@ class AuditEntry(BaseModel):
     stderr_size: int | None = None
     duration_ms: int | None = None
     detail: str | None = Field(None, description="error code, approver, cancellation cause…")
+    parent_turn: str | None = Field(None, description="the turn whose sub-agent made the call")
 
     @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id",
                      "object")

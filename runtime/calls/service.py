@@ -116,7 +116,9 @@ class SessionToolCall:
         ctx = ToolContext(subject=subject, workspace=workspace, workspace_path=path,
                           executor=self.executor, on_output=LiveOutput(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
-                          approver=self.approver_for(bus))
+                          approver=self.approver_for(bus),
+                          extra={"turn_id": request.origin.turn_id,
+                                 "call_id": request.origin.call_id})
         try:
             try:
                 tool, params = await self.registry.check(request.tool, request.args, ctx)

@@ -4,7 +4,7 @@ Below both `runtime.api` (which streams them over SSE and WebSocket) and `runtim
 (which publishes a turn's), so arrows point down from either.
 """
 
-from runtime.events.bus import EventHub, SessionEventBus
+from runtime.events.bus import NESTED_TURN, EventHub, SessionEventBus
 from runtime.events.models import (
     AnyEvent,
     ApprovalDecided,
@@ -21,6 +21,7 @@ from runtime.events.models import (
     StreamDelta,
     StreamEnd,
     StreamStart,
+    SubAgentEvent,
     ThinkingDelta,
     ThinkingEnd,
     ToolCallEvent,
@@ -30,8 +31,8 @@ from runtime.events.models import (
 from runtime.events.replay import ReplayLimits
 
 __all__ = [
-    "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event", "EventHub",
-    "ExecOutput", "ImageRef", "Notice", "ProfileChanged", "ReplayLimits", "Resync", "SessionEvent",
-    "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd", "StreamStart", "ThinkingDelta",
-    "ThinkingEnd", "ToolCallEvent", "ToolResultEvent", "Usage",
+    "NESTED_TURN", "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event",
+    "EventHub", "ExecOutput", "ImageRef", "Notice", "ProfileChanged", "ReplayLimits", "Resync",
+    "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd", "StreamStart",
+    "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent", "ToolResultEvent", "Usage",
 ]

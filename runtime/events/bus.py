@@ -9,6 +9,11 @@ server, for idle sessions) is `runtime.events.replay`'s.
 
 An event is encoded once, when it is published: that text is what every subscriber is sent
 and what the replay accounts for, so what the server holds is what it counts.
+
+While a sub-agent runs (`NESTED_TURN` set, for its task and what it starts), what it and its
+calls publish goes out wrapped as `subagent` events naming the parent's call, so a client
+never mistakes its `stream_end` for the parent's; approvals stay top-level (a human answers
+them where they always appear).
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from runtime.events.models import Event, Resync, SessionEvent
+from runtime.events.models import Event, Resync, SessionEvent, SubAgentEvent
 from runtime.events.replay import (
     ReplayBudget,
     ReplayBuffer,
@@ -28,6 +34,9 @@ from runtime.events.replay import (
 )
 
 SUBSCRIBER_QUEUE = 4096
+NESTED_TURN: ContextVar[tuple[str, str] | None] = ContextVar("navi_nested_turn", default=None)
+"""(the parent's spawn_agent call id, the sub-agent's turn id) while a sub-agent runs."""
+UNNESTED = frozenset({"approval_required", "approval_decided"})
 MIN_SWEEP_S = 0.05
 
 
@@ -75,6 +84,9 @@ class SessionEventBus:
         self.last_event = self.clock()
 
     def publish(self, body: SessionEvent) -> Event:
+        nested = NESTED_TURN.get()
+        if nested is not None and body.type not in UNNESTED:
+            body = SubAgentEvent(parent_call=nested[0], turn_id=nested[1], event=body.payload())
         event = Event.make(self.next_id, body)
         self.next_id += 1
         self.last_event = self.clock()

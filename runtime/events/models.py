@@ -52,6 +52,9 @@ class StreamStart(TurnEvent):
     profile: str
     backend: str
     max_iterations: int
+    parent_call: str | None = Field(None, description="a sub-agent's turn: the parent's "
+                                    "spawn_agent call (its events belong in that card)")
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"parent_call"})
 
 
 class ThinkingDelta(TurnEvent):
@@ -222,6 +225,18 @@ class ProfileChanged(SessionEvent):
     previous: str
 
 
+class SubAgentEvent(SessionEvent):
+    """An event of a sub-agent's turn (`spawn_agent`), carried inside its parent's call:
+    `event` is the inner event's object (its own `type`), `parent_call` the spawn_agent call
+    whose card it belongs in, `turn_id` the sub-agent's turn. Clients that do not nest can
+    ignore these: the parent's own `tool_result` carries the sub-agent's answer."""
+
+    type: Literal["subagent"] = "subagent"
+    parent_call: str
+    turn_id: str
+    event: dict[str, JsonValue]
+
+
 class Resync(SessionEvent):
     """Sent to a resuming reader first when events it asked for were already dropped."""
 
@@ -231,7 +246,7 @@ class Resync(SessionEvent):
 
 AnyEvent = (StreamStart | ThinkingDelta | ThinkingEnd | StreamDelta | StreamEnd | Notice
             | ErrorEvent | ToolCallEvent | ToolResultEvent | ExecOutput | ApprovalRequired
-            | ApprovalDecided | ProfileChanged | Resync)
+            | ApprovalDecided | ProfileChanged | SubAgentEvent | Resync)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,9 @@ class Subject(BaseModel):
     session: str = "local"
     sandbox_uid: int | None = Field(None, ge=1, description="the tenant's sandbox uid "
                                     "(None: the server's default, for runs of no tenant)")
+    agent_depth: int = Field(0, ge=0, description="0: a caller or a top-level agent; a "
+                             "sub-agent (spawn_agent) is one deeper than its parent")
+    parent_turn: str | None = Field(None, description="a sub-agent's parent turn (audited)")
 
     @property
     def policy_tenant(self) -> str:

@@ -22,6 +22,7 @@ from runtime.tools.builtin import (
     MemoryTool,
     ReadDocumentTool,
     ScratchpadTool,
+    SpawnAgentTool,
     SwitchProfileTool,
     TerminalTool,
     TodoTool,
@@ -30,6 +31,7 @@ from runtime.tools.builtin import (
     WebViewTool,
 )
 from runtime.tools.builtin.profiles import ProfileDirectory
+from runtime.tools.builtin.spawn import SubAgentRunner
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
 from runtime.tools.mcp import McpCatalog, McpStatusTool
@@ -73,6 +75,7 @@ def build_tools(
     executor: ExecutorLike | None = None,
     search_url: str | None = None,
     profiles: ProfileDirectory | None = None,
+    subagents: SubAgentRunner | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
     data_dir = Path(data_dir)
@@ -104,6 +107,7 @@ def build_tools(
         McpStatusTool(),
         ListProfilesTool(profiles),
         SwitchProfileTool(profiles),
+        SpawnAgentTool(subagents),
     ]
     # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
     mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)

@@ -9,6 +9,7 @@ from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
 from runtime.tools.builtin.profiles import ListProfilesTool, SwitchProfileTool
+from runtime.tools.builtin.spawn import SpawnAgentTool
 from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "MemoryTool",
     "ReadDocumentTool",
     "ScratchpadTool",
+    "SpawnAgentTool",
     "SwitchProfileTool",
     "TerminalTool",
     "TodoTool",
