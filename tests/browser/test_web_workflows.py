@@ -297,3 +297,32 @@ def test_live_view_resumes_after_a_dropped_connection(page, server: Server,
         wait_finished(card)
         assert card.locator(".output").inner_text() == "missed\n"
         assert page.locator(".tool-card").count() == 2
+
+
+def test_sub_agent_steps_nest_in_their_card_and_the_profile_shows(
+        page, server: Server, tenant: Tenant, ollama: FakeOllama) -> None:
+    ollama.model.add(
+        Reply(calls=[Call("spawn_agent", {"task": "count to three"})]),       # the agent
+        Reply(calls=[Call("code_exec", {"language": "python",                 # its sub-agent
+                                        "code": "print(1, 2, 3)"})]),
+        Reply(content="counted: 1 2 3"),                                       # its sub-agent
+        Reply(calls=[Call("switch_profile", {"profile": "reviewer"})]),       # the agent
+        Reply(content="Done, and I am a reviewer now."),
+    )
+    sign_in(page, tenant.user)
+    new_session(page)
+    assert page.locator("#chat-title").inner_text().endswith("· developer")
+    page.get_by_label("Message to the agent").fill("Delegate the counting")
+    page.keyboard.press("Enter")
+    page.locator(".msg.assistant:not(.streaming)",
+                 has_text="Done, and I am a reviewer now.").wait_for(timeout=60_000)
+    spawn = page.locator(".tool-card[data-tool=spawn_agent]")
+    steps = spawn.locator(".subagent-log li").all_inner_texts()
+    assert steps[0].startswith("sub-agent started") and "→ code_exec" in steps
+    assert "✓ code_exec" in steps and steps[-1] == "answer: counted: 1 2 3"
+    # the sub-agent's own call is inside the spawn card, not a card of its own
+    assert page.locator(".tool-card[data-tool=code_exec]").count() == 0
+    assert page.locator(".msg.assistant").count() == 1  # its answer is not a second reply
+    assert page.locator("#chat-title").inner_text().endswith("· reviewer")
+    page.locator(".notice", has_text="Profile: developer → reviewer").wait_for()
+    snap(page, "sub_agent_nested")

@@ -32,6 +32,7 @@ export class ToolCard {
     this.toggle.addEventListener("click", () => this.setExpanded(!this.expanded));
     this.outputWrap = h("div", { class: "output-wrap", hidden: true }, this.output, this.toggle);
     this.footer = h("footer", { class: "card-meta" });
+    this.subLog = h("ol", { class: "subagent-log", hidden: true, "aria-label": "Sub-agent steps" });
     this.error = h("p", { class: "card-error", hidden: true });
     this.el = h("article", {
       class: "card tool-card",
@@ -41,8 +42,23 @@ export class ToolCard {
     h("header", { class: "card-head" },
       h("span", { class: "tool-name", text: this.tool }), this.status, this.badges),
     argsView(this.tool, args || {}),
-    this.outputWrap, this.images, this.error, this.footer);
+    this.outputWrap, this.images, this.subLog, this.error, this.footer);
     this.renderFooter({});
+  }
+
+  // One step of a sub-agent this call started (spawn_agent): a line of text, never HTML.
+  subagentStep(inner) {
+    let line = null;
+    if (inner.type === "stream_start") line = `sub-agent started (${inner.profile || "profile"})`;
+    else if (inner.type === "tool_call") line = `→ ${inner.tool}`;
+    else if (inner.type === "tool_result") {
+      line = inner.success ? `✓ ${inner.tool}` : `✗ ${inner.tool}: ${inner.error || "failed"}`;
+    } else if (inner.type === "stream_end") {
+      line = `answer: ${String(inner.content || "").slice(0, 300)}`;
+    } else if (inner.type === "error") line = `error: ${inner.message || inner.code}`;
+    if (line === null) return;
+    this.subLog.hidden = false;
+    this.subLog.append(h("li", { text: line }));
   }
 
   appendOutput(stream, text) {

@@ -21,6 +21,7 @@ export class Timeline {
     this.empty = h("p", { class: "empty", text: "No messages yet. Ask the agent, or run code below." });
     this.el.append(this.empty);
     this.cards = new Map(); // exec_id -> ToolCard
+    this.byCall = new Map(); // an agent's call_id -> ToolCard (sub-agents' steps nest there)
     this.openCards = []; // cards without an exec_id, matched by tool name
     this.approvals = new Map(); // approval id -> prompt element
     this.reply = null; // the assistant reply being streamed
@@ -173,6 +174,15 @@ export class Timeline {
       case "notice":
         this.runtimeNotice(event, ts);
         break;
+      case "subagent": {
+        // a sub-agent's step, shown inside the spawn_agent card that started it
+        const card = this.byCall.get(event.parent_call);
+        const inner = event.event || {};
+        if (!card) break;
+        if (inner.type === "tool_call" && inner.call_id) this.byCall.set(inner.call_id, card);
+        card.subagentStep(inner);
+        break;
+      }
       case "profile_changed":
         this.notice(`Profile: ${event.previous} → ${event.profile} (from the next step).`, ts);
         break;
@@ -205,6 +215,7 @@ export class Timeline {
     const card = this.newCard(event.tool, event.args, event.exec_id, ts);
     if (event.exec_id) this.cards.set(event.exec_id, card);
     else this.openCards.push(card);
+    if (event.call_id) this.byCall.set(event.call_id, card);
     this.place(card.el, ts);
     return card;
   }
