@@ -14,6 +14,7 @@ from runtime.commands import (
     mcp,
     models,
     policy,
+    secrets,
     serve,
     tokens,
 )
@@ -37,6 +38,7 @@ app.add_typer(tokens.app, name="tokens")
 app.add_typer(bench.app, name="bench")
 app.add_typer(models.app, name="models")
 app.add_typer(mcp.app, name="mcp")
+app.add_typer(secrets.app, name="secrets")
 
 
 def main() -> None:

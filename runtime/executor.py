@@ -60,7 +60,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -96,6 +96,24 @@ class Invocation(BaseModel):
     workspace: Path | None = None
     workdir: str = "/workspace"
     mounts: list[Mount] = Field(default_factory=list)
+
+
+class SecretSource(Protocol):
+    async def values(self, tenant_id: str, names: list[str]) -> dict[str, str]: ...
+
+
+REDACTED = b"[secret]"
+
+
+def redact(result: ExecResult, values: list[str]) -> ExecResult:
+    """The result with every secret value in its output replaced (live output already
+    streamed is the tool's own: see README, "Secrets for tools")."""
+    out, err = result.stdout, result.stderr
+    for value in sorted(values, key=len, reverse=True):
+        raw = value.encode("utf-8")
+        if raw:
+            out, err = out.replace(raw, REDACTED), err.replace(raw, REDACTED)
+    return result.model_copy(update={"stdout": out, "stderr": err})
 
 
 class ExecOutcome(BaseModel):
@@ -140,9 +158,10 @@ class Executor:
     def __init__(
         self, *, engine: PolicyEngine, backend: SandboxBackend, audit: AuditLog,
         resolve_image: Callable[[str], str], approver: Approver | None = None,
-        quotas: QuotaTracker | None = None,
+        quotas: QuotaTracker | None = None, secrets: SecretSource | None = None,
     ) -> None:
         self.engine = engine
+        self.secrets = secrets
         self.backend = backend
         self.audit = audit
         self.resolve_image = resolve_image
@@ -268,8 +287,10 @@ class Executor:
                              f"the policy names no sandbox image for {action.tool!r}")
         assert decision.image is not None
         image = self.resolve_image(decision.image)
+        secret_env = await self._secret_env(subject, decision)
         request = ExecRequest(
-            image=image, argv=invocation.argv, stdin=invocation.stdin, env=invocation.env,
+            image=image, argv=invocation.argv, stdin=invocation.stdin,
+            env={**invocation.env, **secret_env},
             workspace=invocation.workspace, workdir=invocation.workdir,
             mounts=invocation.mounts, limits=decision.limits,
             network="egress" if decision.egress_allowlist else "none",
@@ -282,8 +303,10 @@ class Executor:
                   "limits": limits}
         # The intent's fsync overlaps the backend's preparation (image, container); the
         # backend awaits it before anything runs in the container (``before_start``).
+        given = sorted({decision.secrets[env] for env in secret_env})  # names, never values
         intent_write = asyncio.ensure_future(self.audit.append(AuditEntry(
             kind="intent", reason=decision.reason, tool_hash=action.tool_hash,
+            secrets=given or None,
             stdin_sha256=sha256_hex(invocation.stdin), stdin_size=len(invocation.stdin),
             **common)))
         self._running[exec_id] = subject.session
@@ -291,8 +314,15 @@ class Executor:
         # outcome record, so that write is not slowed by engine calls
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
-            return await self._run_recorded(request, on_output, intent_write, settled,
-                                            exec_id, common, action, decision)
+            # a call holding secrets streams nothing live: its output is passed on once,
+            # redacted (a value split across two chunks could not be caught)
+            live = None if secret_env else on_output
+            outcome = await self._run_recorded(request, live, intent_write, settled,
+                                               exec_id, common, action, decision)
+            if secret_env:  # what a tool printed of its secrets is not passed on
+                outcome = outcome.model_copy(update={
+                    "result": redact(outcome.result, list(secret_env.values()))})
+            return outcome
         finally:
             if not settled.done():
                 settled.set_result(None)
@@ -332,6 +362,13 @@ class Executor:
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
                            audit_seq=record.seq, intent_seq=intent.seq,
                            timeout_s=decision.limits.timeout_s)
+
+    async def _secret_env(self, subject: Subject, decision: Decision) -> dict[str, str]:
+        """ENV_VAR -> value of the secrets the decision grants that the tenant has."""
+        if not decision.secrets or self.secrets is None:
+            return {}
+        values = await self.secrets.values(subject.tenant, sorted(set(decision.secrets.values())))
+        return {env: values[name] for env, name in decision.secrets.items() if name in values}
 
     async def _cancelled(
         self, exec_id: str, common: dict[str, Any], intent_write: asyncio.Future[Any]

@@ -19,8 +19,20 @@ from runtime.api.bootstrap import ensure_admin
 from runtime.api.data_disk import DataDiskGuard
 from runtime.api.errors import install_error_handlers
 from runtime.api.mcp import McpEndpoint
-from runtime.api.routes import admin, approvals, audit, events, exec, files, health, sessions
+from runtime.api.routes import (
+    admin,
+    approvals,
+    audit,
+    events,
+    exec,
+    files,
+    health,
+    sessions,
+)
 from runtime.api.routes import messages as message_routes
+from runtime.api.routes import (
+    secrets as secret_routes,
+)
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
@@ -38,6 +50,7 @@ from runtime.sandbox.docker_backend import DockerBackend
 from runtime.sandbox.images import image_ref
 from runtime.sandbox.instance import load_instance_id
 from runtime.store import Store
+from runtime.store.secrets import SecretBox, SecretStore
 from runtime.tools import build_tools
 from runtime.workspace import Workspaces
 
@@ -66,8 +79,10 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         if backend is None:
             backend = DockerBackend.from_settings(settings, instance_id=instance, warm_pool=True)
         opened.append(backend.close)
+        secrets = SecretStore(store, SecretBox.in_data_dir(settings.data_dir))
         executor = Executor(engine=policy, backend=backend, audit=audit,
-                            resolve_image=lambda name: image_ref(name, settings))
+                            resolve_image=lambda name: image_ref(name, settings),
+                            secrets=secrets)
         hub = EventHub(ReplayLimits.from_settings(settings))
         subagents = SubAgents()  # bound to the services below, once they exist
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
@@ -86,7 +101,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, agent=agent,
-                        metrics=metrics, hub=hub)
+                        metrics=metrics, hub=hub, secrets=secrets)
     subagents.services = services
     services.background.append(services.hub.start_sweeper())
     await _start_sandbox(services)
@@ -138,7 +153,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     app.add_middleware(DataDiskGuard, data_dir=settings.data_dir)
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
-                   message_routes.router):
+                   message_routes.router, secret_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

@@ -56,6 +56,7 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     agent: Any = None  # runtime.agent.AgentService (the agent loop's turns)
+    secrets: Any = None  # runtime.store.secrets.SecretStore (tenants' secrets for tools)
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -29,7 +29,7 @@ Kind = Literal["intent", "outcome", "denied", "interrupted", "approval", "action
 StateChange = Literal[
     "session.create", "session.delete", "file.write", "file.delete", "file.move",
     "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
-    "tenant.create", "approval.decide", "session.profile",
+    "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000
@@ -94,6 +94,8 @@ class AuditEntry(BaseModel):
     duration_ms: int | None = None
     detail: str | None = Field(None, description="error code, approver, cancellation cause…")
     parent_turn: str | None = Field(None, description="the turn whose sub-agent made the call")
+    secrets: list[str] | None = Field(None, description="names of the secrets the call was "
+                                      "given (never their values)")
 
     @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id",
                      "object")

@@ -63,6 +63,8 @@ class Decision(BaseModel):
     image: str | None = None
     network: Literal["none"] | str = "none"
     egress_allowlist: list[str] = Field(default_factory=list)
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description="ENV_VAR: secret name granted to this call")
     approvers: list[Role] = Field(
         default_factory=list, description="ask: the roles that may answer (policy `approvals`)")
     self_approve: bool = Field(

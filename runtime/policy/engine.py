@@ -207,7 +207,11 @@ class PolicyEngine:
             for _, overlay in overlays:
                 if overlay.egress is not None:
                     egress = [h for h in egress if h in overlay.egress]
-        common = {"limits": limits, "image": image,
+        secrets: dict[str, str] = {}
+        if tool_rule is not None and tool_rule.secrets and (
+                tool_rule.tool_hash is None or tool_rule.tool_hash == action.tool_hash):
+            secrets = dict(tool_rule.secrets)  # a changed user tool no longer gets them
+        common = {"limits": limits, "image": image, "secrets": secrets,
                   "network": "egress" if egress else "none", "egress_allowlist": egress}
 
         approvals: list[tuple[str, Iterable[ApprovalRule]]] = [(ppath, profile.approvals)]

@@ -141,6 +141,29 @@ class Defaults(Strict):
     quotas: QuotasSpec = QuotasSpec()
 
 
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+_SECRET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+RESERVED_ENV_NAMES = frozenset({"PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PROXY",
+                                "http_proxy", "https_proxy", "NO_PROXY", "no_proxy"})
+
+
+def _secret_grants(value: dict[str, str]) -> dict[str, str]:
+    for env, name in value.items():
+        if not _ENV_NAME.match(env) or env in RESERVED_ENV_NAMES:
+            raise ValueError(f"{env!r} is not an environment variable name a secret may use "
+                             "(A-Z, 0-9, _; not PATH, HOME, LANG or a proxy variable)")
+        if not _SECRET_NAME.match(name):
+            raise ValueError(f"{name!r} is not a secret name (a-z, 0-9, _)")
+    return value
+
+
+def _sha256(value: str | None) -> str | None:
+    if value is not None and not _SHA256.match(value):
+        raise ValueError("tool_hash is a SHA-256 in lower-case hex (64 characters)")
+    return value
+
+
 class ToolRule(Strict):
     """Per-tool settings inside a profile."""
 
@@ -153,6 +176,11 @@ class ToolRule(Strict):
     egress: list[Host] = Field(
         default_factory=list, description="hosts (a subset of network.egress_allowlist)"
     )
+    secrets: Annotated[dict[str, str], AfterValidator(_secret_grants)] = Field(
+        default_factory=dict, description="ENV_VAR: secret_name; the tenant's secret given "
+        "to this tool's sandbox as that environment variable")
+    tool_hash: Annotated[str | None, AfterValidator(_sha256)] = Field(
+        None, description="user tools: only the file with this content hash gets `secrets`")
 
 
 class ApprovalRule(Strict):

@@ -411,7 +411,8 @@ class DockerBackend(WarmLaunchMixin):
         if spec.runtime not in self._runtimes:
             await self._require_runtime(spec.runtime, request.limits.runtime)
         self._prepare_workspace(request)
-        cold = not self.warm.enabled or egress is not None  # warm ones are made without a socket
+        # warm ones are made without a socket, and no secret waits in an idle container
+        cold = not self.warm.enabled or egress is not None or bool(request.env)
         key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"
         warm = await self.warm.take(key) if key is not None else None
         if warm is not None:

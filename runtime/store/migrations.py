@@ -120,6 +120,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX tokens_by_tenant ON tokens(tenant_id)",
         ),
     ),
+    Migration(
+        5,
+        "secrets: tenant-scoped, encrypted values for tools",  # runtime.store.secrets
+        (
+            """CREATE TABLE secrets (
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                name TEXT NOT NULL,
+                ciphertext BLOB NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                PRIMARY KEY (tenant_id, name)
+            )""",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
