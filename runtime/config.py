@@ -85,6 +85,10 @@ class Settings(BaseSettings):
         32, ge=1, le=4096, description="Egress connections one execution may hold open.")
     egress_idle_s: float = Field(
         60.0, gt=0, description="An egress connection without traffic this long is closed.")
+    egress_private_hosts: list[str] = Field(
+        [], description="Host names the egress proxy may connect to at private (RFC 1918 / "
+        "unique-local) addresses: the operator's own services beside Navi, e.g. "
+        '["searxng"] (JSON list). A policy must still grant the host to a tool.')
     events_session_bytes: int = Field(
         8 * 1024 * 1024, ge=0, description="Bytes of encoded events one session keeps for "
         "replay (`Last-Event-ID`); oldest dropped first.")

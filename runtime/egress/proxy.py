@@ -58,6 +58,8 @@ class EgressConfig(BaseModel):
 
     ports: tuple[int, ...] = Field((80, 443), description="destination ports allowed")
     allow_loopback: bool = Field(False, description="tests only: 127.0.0.0/8 and ::1 pass")
+    private_hosts: tuple[str, ...] = Field(
+        (), description="names that may resolve to private (RFC 1918 / ULA) addresses")
     max_connections: int = Field(32, ge=1, le=4096, description="open at once, per execution")
     idle_s: float = Field(60.0, gt=0, description="no byte either way for this long: closed")
     connect_timeout_s: float = Field(10.0, gt=0)
@@ -68,6 +70,7 @@ class EgressConfig(BaseModel):
     def from_settings(cls, settings: Any) -> EgressConfig:
         return cls(ports=tuple(settings.egress_ports),
                    allow_loopback=settings.egress_allow_loopback,
+                   private_hosts=tuple(settings.egress_private_hosts),
                    max_connections=settings.egress_max_connections,
                    idle_s=settings.egress_idle_s)
 
@@ -99,7 +102,8 @@ class EgressProxy:
         self.config = config or EgressConfig()
         allow = list(allowlist)
         self.rules = EgressRules(allow, ports=self.config.ports,
-                                 allow_loopback=self.config.allow_loopback)
+                                 allow_loopback=self.config.allow_loopback,
+                                 private_hosts=self.config.private_hosts)
         self.ledger = EgressLedger(allow)
         self.resolver = resolver or system_resolver
         self.socket_path: Path | None = None
@@ -229,7 +233,7 @@ class EgressProxy:
                 candidates = []
             if not candidates:
                 raise self._refuse(request, 502, "name does not resolve")
-        problems = {ip: self.rules.check_address(ip) for ip in candidates}
+        problems = {ip: self.rules.check_address(ip, host) for ip in candidates}
         good = [ip for ip, problem in problems.items() if problem is None]
         if not good:
             first = next(iter(problems.values()))

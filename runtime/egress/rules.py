@@ -15,6 +15,9 @@ Two checks, in this order, so that a name the policy did not grant never causes 
    v6 addresses that embed a v4 one (v4-mapped ``::ffff:a.b.c.d``, v4-compatible, NAT64
    ``64:ff9b::/96``, Teredo; 6to4 ``2002::/16`` only if its embedded v4 address is global).
    ``allow_loopback`` (tests only) lets 127.0.0.0/8 and ::1 through, nothing else.
+   ``private_hosts`` (the operator's services beside Navi, e.g. a SearXNG on the same Docker
+   network) lets those exact names reach RFC 1918 / unique-local addresses, nothing else
+   (never loopback, link-local - the cloud metadata address - or multicast).
 
 The proxy connects to the very address it checked, so DNS rebinding between check and
 connect is impossible.
@@ -95,8 +98,10 @@ class EgressRules:
 
     def __init__(
         self, allowlist: Iterable[str], *, ports: Iterable[int] = (80, 443),
-        allow_loopback: bool = False,
+        allow_loopback: bool = False, private_hosts: Iterable[str] = (),
     ) -> None:
+        self.private_hosts = frozenset(
+            h for h in (normalize_host(p) for p in private_hosts) if h is not None)
         self.exact: set[str] = set()
         self.suffixes: set[str] = set()
         for entry in allowlist:
@@ -124,5 +129,10 @@ class EgressRules:
             return None
         return "host not in the allowlist"
 
-    def check_address(self, ip: IPAddress) -> str | None:
-        return address_problem(ip, allow_loopback=self.allow_loopback)
+    def check_address(self, ip: IPAddress, host: str | None = None) -> str | None:
+        problem = address_problem(ip, allow_loopback=self.allow_loopback)
+        if problem == "private address" and host is not None \
+                and normalize_host(host) in self.private_hosts and not ip.is_loopback \
+                and not ip.is_link_local:
+            return None  # an operator's own service, named in NAVI_EGRESS_PRIVATE_HOSTS
+        return problem

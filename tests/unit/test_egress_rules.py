@@ -76,3 +76,17 @@ def test_normalize_host() -> None:
     assert normalize_host("a..b") is None
     assert normalize_host("a/b") is None
     assert normalize_host("x" * 64 + ".org") is None
+
+
+def test_private_hosts_reach_private_addresses_and_nothing_else() -> None:
+    import ipaddress as ipa
+
+    rules = EgressRules(["searxng", "example.org"], private_hosts=["SearXNG."])
+    private, ula = ipa.ip_address("172.18.0.5"), ipa.ip_address("fd00::5")
+    assert rules.check_address(private, "searxng") is None
+    assert rules.check_address(ula, "searxng") is None
+    assert rules.check_address(private, "example.org") == "private address"
+    assert rules.check_address(private) == "private address"  # no name: no exception
+    for never in ("127.0.0.1", "169.254.169.254", "100.64.0.1", "224.0.0.1"):
+        assert rules.check_address(ipa.ip_address(never), "searxng") is not None, never
+    assert EgressRules(["searxng"]).check_address(private, "searxng") == "private address"
