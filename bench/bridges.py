@@ -20,7 +20,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any
 import httpx
 import typer
 
-from bench.exec_api import THINK_S, _free_port, _until_up
+from bench.exec_api import THINK_S, _free_port, _until_up, stop_server
 from bench.exec_bench import RESULTS_DIR, summarize
 from runtime.config import PROJECT_ROOT
 
@@ -123,12 +122,7 @@ async def measure(runs: int) -> dict[str, Any]:
         mcp = await _mcp_series(url, token, runs)
         inspect = await _inspect_series(url, token, runs)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
         shutil.rmtree(tmp, ignore_errors=True)
     result: dict[str, Any] = {"runs": runs, "rest": summarize(rest), "mcp": summarize(mcp)}
     if inspect is not None:

@@ -70,15 +70,20 @@ async def api_latencies(runs: int) -> tuple[list[float], str]:
                 if i:
                     latencies.append(elapsed)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
         warm = _warm_calls(log_path)
         shutil.rmtree(tmp, ignore_errors=True)
     return latencies, f"{max(0, warm)}/{runs} (server log: exec_finished warm=true)"
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within 30 s."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 async def _until_up(client: httpx.AsyncClient, server: subprocess.Popen[bytes], log: Path) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.tools import ToolContext, ToolServices, build_tools
 from tests.docker.test_tools_web import web_backend  # noqa: F401
+from tests.fakes.json_api import json_api
 
 pytestmark = pytest.mark.docker
 
@@ -45,27 +45,14 @@ class WeatherApi:
 def web_server() -> Iterator[WeatherApi]:
     state = WeatherApi()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            state.keys.append(self.headers.get("X-Api-Key"))
-            ok = self.headers.get("X-Api-Key") == KEY
-            body = json.dumps({"temp_c": 21.5, "summary": "sunny"} if ok else
-                              {"error": "bad key"}).encode()
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(request: BaseHTTPRequestHandler) -> tuple[int, Any]:
+        state.keys.append(request.headers.get("X-Api-Key"))
+        if request.headers.get("X-Api-Key") == KEY:
+            return 200, {"temp_c": 21.5, "summary": "sunny"}
+        return 401, {"error": "bad key"}
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = httpd.server_address[1]
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with json_api(answer) as state.port:
+        yield state
 
 
 def policy(tool_hash: str) -> str:

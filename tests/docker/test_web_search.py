@@ -5,11 +5,11 @@ names through a fixed table, as in test_tools_web)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -24,6 +24,7 @@ from runtime.tools.builtin import WebSearchTool
 from runtime.tools.builtin.web import search_results
 from runtime.tools.registry import ToolRegistry
 from tests.docker.test_tools_web import web_backend  # noqa: F401
+from tests.fakes.json_api import json_api
 
 pytestmark = pytest.mark.docker
 
@@ -61,26 +62,13 @@ class SearchServer:
 def web_server() -> Iterator[SearchServer]:
     state = SearchServer()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            parts = urlsplit(self.path)
-            state.queries.append(parse_qs(parts.query))
-            body = json.dumps(ANSWER).encode() if parts.path == "/search" else b"<html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(request: BaseHTTPRequestHandler) -> tuple[int, Any]:
+        parts = urlsplit(request.path)
+        state.queries.append(parse_qs(parts.query))
+        return (200, ANSWER) if parts.path == "/search" else (404, {"error": "no"})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = httpd.server_address[1]
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with json_api(answer) as state.port:
+        yield state
 
 
 @pytest.fixture
