@@ -224,15 +224,14 @@ class DockerBackend(WarmLaunchMixin):
 
     async def close(self) -> None:
         """Remove warm containers, kill what still runs (its call removes it), disconnect."""
-        await self.warm.close()
-        self.warm = self._new_pool()
-        if self._removals:
-            await asyncio.wait(list(self._removals))
+        await self.warm.close()  # calls in flight hold this pool: they launch no more
         for exec_id in list(self._running):
             await self.kill(exec_id)
         patience = time.monotonic() + self.config.kill_grace_s + 5
         while self._running and time.monotonic() < patience:
             await asyncio.sleep(0.05)
+        if self._removals:  # used warm containers of the calls that just ended
+            await asyncio.wait(list(self._removals))
         for container in list(self._running.values()):  # wedged: the reaper's job otherwise
             await self._call(self._remove, container)
         if self._api is not None:
@@ -240,6 +239,7 @@ class DockerBackend(WarmLaunchMixin):
             self._api = None
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._executor = self._new_executor()  # a closed backend may be started again
+        self.warm = self._new_pool()
         release_nosuid_nodev(self.config.workspaces_root, self.workspaces_root_state)
         self.workspaces_root_state = None
 
@@ -414,7 +414,8 @@ class DockerBackend(WarmLaunchMixin):
         # warm ones are made without a socket, and no secret waits in an idle container
         cold = not self.warm.enabled or egress is not None or bool(request.env)
         key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"
-        warm = await self.warm.take(key) if key is not None else None
+        pool = self.warm  # close() swaps it: this call settles with the one it took from
+        warm = await pool.take(key) if key is not None else None
         if warm is not None:
             container, attached = warm.id, warm.attached
         else:
@@ -442,7 +443,7 @@ class DockerBackend(WarmLaunchMixin):
             await asyncio.shield(self._call(self._remove, container))
         # a used warm container's removal and the session's next one: off the call's path,
         # once the caller has settled it (close() waits for that)
-        later = self._after_call(settled, container if warm is not None else None,
+        later = self._after_call(pool, settled, container if warm is not None else None,
                                  key, spec, request)
         after = asyncio.ensure_future(later)
         self._removals.add(after)
@@ -460,14 +461,14 @@ class DockerBackend(WarmLaunchMixin):
         return result
 
     async def _after_call(
-        self, settled: Awaitable[object] | None, used: str | None, key: str | None,
-        spec: ContainerSpec, request: ExecRequest,
+        self, pool: WarmPool, settled: Awaitable[object] | None, used: str | None,
+        key: str | None, spec: ContainerSpec, request: ExecRequest,
     ) -> None:
         if settled is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(settled), SETTLE_WAIT_S)
         if key is not None:
-            self.warm.replenish(key, self._warm_spec(spec, request), request.session,
+            pool.replenish(key, self._warm_spec(spec, request), request.session,
                                 request.tenant)
         if used is not None:
             await self._call(self._remove, used)

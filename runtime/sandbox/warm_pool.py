@@ -162,7 +162,7 @@ class WarmPool:
 
     def replenish(self, key: str, spec: ContainerSpec, session: str, tenant: str) -> None:
         """Launch in the background until the class has ``size`` ready or on the way."""
-        if not self.enabled:
+        if not self.enabled or self._closed:
             return
         broken_at = self._broken.get(key)
         if broken_at is not None and time.monotonic() - broken_at < self.config.retry_after_s:
