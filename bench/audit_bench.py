@@ -98,7 +98,8 @@ async def _executor_overhead(log: AuditLog, calls: int) -> dict[str, Any]:
     return {"latency": summarize(latencies), "note": "FakeBackend: audit + policy only"}
 
 
-async def run_bench(records: int, concurrency: int, data_dir: Path | None = None) -> dict:
+async def run_bench(records: int, concurrency: int, data_dir: Path | None = None
+                    ) -> dict[str, Any]:
     base = Path(tempfile.mkdtemp(prefix="navi-audit-bench-", dir=data_dir))
     try:
         async with AuditLog(base) as log:

@@ -98,6 +98,10 @@ class Invocation(BaseModel):
     mounts: list[Mount] = Field(default_factory=list)
 
 
+InvocationFor = Callable[[Decision], Invocation]
+"""An invocation built from the decision (after it, before the intent)."""
+
+
 class SecretSource(Protocol):
     async def values(self, tenant_id: str, names: list[str]) -> dict[str, str]: ...
 
@@ -175,10 +179,12 @@ class Executor:
     # -- the one path -------------------------------------------------------------------------
 
     async def execute(
-        self, subject: Subject, action: Action, invocation: Invocation, *,
+        self, subject: Subject, action: Action, invocation: Invocation | InvocationFor, *,
         on_output: OutputCallback | None = None, exec_id: str | None = None,
         approver: Approver | None = None,
     ) -> ExecOutcome:
+        """Admit, decide, audit the intent, run, audit the outcome. ``invocation`` may be a
+        function of the decision (a job that carries its grant: the web fetcher's allowlist)."""
         exec_id = exec_id or new_exec_id()
         if not EXEC_ID.match(exec_id) or exec_id in self._running:
             raise ValueError(f"bad or duplicate exec_id {exec_id!r}")
@@ -201,6 +207,8 @@ class Executor:
                 raise
             try:
                 decision = await self._decide(subject, action, base, approver)
+                if not isinstance(invocation, Invocation):
+                    invocation = invocation(decision)
                 return await self._run(subject, action, invocation, decision, base, on_output)
             finally:
                 slot.release()

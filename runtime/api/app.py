@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -63,7 +63,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     policy = PolicyEngine.from_file(settings.policy)
     instance = load_instance_id(settings.data_dir)
     metrics = Metrics()
-    opened: list = []
+    opened: list[Callable[[], Awaitable[object]]] = []
     try:
         store = await Store.open(settings.database_path)
         opened.append(store.close)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import structlog
 from fastapi import Depends, Request
@@ -54,7 +54,7 @@ async def get_principal(request: Request) -> Principal:
     return await authenticate(services, bearer_token(request.headers.get("authorization")))
 
 
-def require(*roles: Role):  # noqa: ANN201 - returns a dependency
+def require(*roles: Role) -> Any:  # a `Depends(...)` marker for `Annotated`
     async def dependency(request: Request) -> Principal:
         principal = await get_principal(request)
         if principal.role not in roles:

@@ -14,7 +14,8 @@ from runtime.config import Settings
 from runtime.errors import ConfigError, NaviError
 from runtime.logging import configure_logging, get_logger
 from runtime.policy.engine import PolicyEngine
-from runtime.store.store import BOOTSTRAP_MIN_CHARS, TOKEN_MAX_CHARS
+from runtime.store.store import BOOTSTRAP_MIN_CHARS
+from runtime.store.tokens import TOKEN_MAX_CHARS
 
 log = get_logger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +23,7 @@ from runtime.audit import AuditEntry, AuditLog, StateChange
 from runtime.config import Settings
 from runtime.errors import Forbidden, NaviError, NotFound
 from runtime.logging import configure_logging
-from runtime.store import MAX_EXPIRES_IN_S, ROLES, Role, Store, Tenant, is_tenant_id, tokens
+from runtime.store import MAX_EXPIRES_IN_S, ROLES, Store, Tenant, is_tenant_id, tokens
 from runtime.store.ids import new_tenant_id, new_token_id
 from runtime.store.store import check_tenant_name
 
@@ -103,7 +103,7 @@ def create(
             token_id = new_token_id()
             await _audit(path, target.id, "token.create", token_id, f"role: {role}")
             plaintext, record = await store.create_token(
-                target.id, cast(Role, role), name, expires_at=expires_at, token_id=token_id)
+                target.id, role, name, expires_at=expires_at, token_id=token_id)
             return {"token": plaintext, "id": record.id, "role": record.role,
                     "name": record.name, "expires_at": record.expires_at,
                     "tenant_id": target.id, "tenant": target.name, "tenant_created": created}

@@ -49,6 +49,9 @@ class Action(BaseModel):
     approved_hash: str | None = Field(
         None, description="the tool_hash this tenant last approved (for `ask: hash_change`)"
     )
+    hosts: tuple[str, ...] = Field(
+        (), description="hosts the call's arguments name (a URL's host): each must be in the "
+        "decision's egress grant, else the call is denied by `<profile>.tools.<tool>.egress`")
 
 
 class Decision(BaseModel):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from runtime.policy.decision import Action, Decision, Role, Subject
+from runtime.policy.egress_grant import first_refusal
 from runtime.policy.loader import load_policy
 from runtime.policy.model import (
     MCP_GROUP,
@@ -207,6 +208,9 @@ class PolicyEngine:
             for _, overlay in overlays:
                 if overlay.egress is not None:
                     egress = [h for h in egress if h in overlay.egress]
+        refusal = first_refusal(action.hosts, egress) if action.hosts else None
+        if refusal is not None:  # a host outside the grant: nothing to ask about, no start
+            return _deny(f"{ppath}.tools.{tool}.egress", refusal)
         secrets: dict[str, str] = {}
         if tool_rule is not None and tool_rule.secrets and (
                 tool_rule.tool_hash is None or tool_rule.tool_hash == action.tool_hash):
@@ -242,7 +246,7 @@ class PolicyEngine:
                 if key == "runtime":
                     values[key] = "gvisor" if "gvisor" in (values[key], value) else "runc"
                 else:
-                    values[key] = min(values[key], value)  # type: ignore[type-var]
+                    values[key] = min(values[key], value)
         ceiling = float(values.pop("max_timeout_s"))
         default = float(values["timeout_s"])
         wanted = requested if requested is not None and math.isfinite(requested) \

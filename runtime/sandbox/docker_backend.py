@@ -310,7 +310,7 @@ class DockerBackend(WarmLaunchMixin):
             beside = request.workspace.parent / "artifacts"
             if beside.is_dir() and not beside.is_symlink():
                 return beside
-        return self.config.artifacts_dir / request.session
+        return Path(self.config.artifacts_dir, request.session)
 
     def _cgroup_parent(self, tenant: str) -> str | None:
         """Each tenant's containers under a cgroup of the tenant's own: CPU is then shared

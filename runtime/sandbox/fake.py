@@ -76,7 +76,7 @@ class FakeBackend:
             if response.raises is not None:
                 raise response.raises
             chunks = response.chunks or tuple(
-                OutputChunk(stream=s, data=d)  # type: ignore[arg-type]
+                OutputChunk(stream=s, data=d)
                 for s, d in (("stdout", response.stdout), ("stderr", response.stderr)) if d
             )
             if on_output is not None:

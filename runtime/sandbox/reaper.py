@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, TypeVar
 
 import docker.errors
 from docker import APIClient
@@ -28,6 +28,8 @@ from docker import APIClient
 from runtime.logging import get_logger
 from runtime.sandbox.docker_errors import map_docker_errors
 from runtime.sandbox.spec import LABEL_EXEC_ID, LABEL_INSTANCE, LABEL_LEASE
+
+T = TypeVar("T")
 
 log = get_logger(__name__)
 
@@ -40,7 +42,7 @@ class Reaper:
         self.instance_id = instance_id
         self._executor = executor
 
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(*args))
 

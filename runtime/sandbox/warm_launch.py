@@ -112,4 +112,5 @@ class WarmLaunchMixin:
         if (code is not None and code >= 0 and not timed_out
                 and oom_kills(container, cgroup_parent) == 0):
             return {"ExitCode": code, "OOMKilled": False}
-        return await self._call(self._final_state, container)
+        state: dict[str, Any] = await self._call(self._final_state, container)
+        return state

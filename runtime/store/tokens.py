@@ -53,7 +53,7 @@ def new_token_plaintext() -> str:
 def check_role(role: object) -> Role:
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}")
-    return role  # type: ignore[return-value]
+    return role
 
 
 def check_token_name(name: object) -> str | None:

@@ -16,14 +16,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.errors import InvalidInput
+from runtime.audit.records import StateChange
+from runtime.errors import InvalidInput, SandboxError
 from runtime.policy.decision import Action, Subject
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.models import Execution
+
+if TYPE_CHECKING:  # the tools' dependencies, typed; imported for real where they are built
+    from runtime.executor import Approver, Executor
+    from runtime.tools.registry import ToolRegistry
+    from runtime.workspace import Workspace
 
 ToolGroup = Literal[
     "group:exec",
@@ -102,18 +108,17 @@ class ToolContext:
     - `exec_id`: the id to give the execution (so events can name it before it starts).
     - `approver`: per-call `async (subject, action, decision) -> bool` for a policy `ask`.
     - `registry`: set by `ToolRegistry.invoke` (the meta tools look other tools up with it).
-    Typed loosely so this module stays importable on its own.
     """
 
     subject: Subject
-    workspace: Any = None
+    workspace: Workspace | None = None
     workspace_path: Path | None = None
-    executor: Any = None
+    executor: Executor | None = None
     on_output: OutputCallback | None = None
     timeout_s: float | None = None
     exec_id: str | None = None
-    approver: Any = None
-    registry: Any = None
+    approver: Approver | None = None
+    registry: ToolRegistry | None = None
     decision_rule: str | None = None  # the rule that allowed this call (set by the registry)
     execution: Execution | None = None  # the last run `run_sandboxed` made for this call
     extra: dict[str, Any] = field(default_factory=dict)
@@ -128,13 +133,14 @@ class ToolContext:
         return self.subject.session
 
 
-async def record_change(ctx: ToolContext, action: str, obj: str, **fields: Any) -> None:
+async def record_change(ctx: ToolContext, action: StateChange, obj: str, **fields: Any) -> None:
     """Audit a state change a tool is about to make (``Executor.record_action``), before it
-    makes it; raises ``AuditUnavailable`` (the change must not happen) when that fails.
-    Without an Executor (unit tests, tools-only use) there is no audit log to write."""
-    if ctx.executor is not None:
-        await ctx.executor.record_action(ctx.subject, action, obj,
-                                         rule=ctx.decision_rule or "none", **fields)
+    makes it; raises ``AuditUnavailable`` (the change must not happen) when that fails, and
+    ``SandboxError`` without an Executor: no change goes unrecorded."""
+    if ctx.executor is None:
+        raise SandboxError(f"no executor to record {action} of {obj!r}: nothing changes")
+    await ctx.executor.record_action(ctx.subject, action, obj,
+                                     rule=ctx.decision_rule or "none", **fields)
 
 
 class Tool(ABC):
@@ -176,13 +182,21 @@ class Tool(ABC):
         return Action(tool=self.name, args=args, group=self.group, timeout_s=ctx.timeout_s)
 
 
-class BuiltinTool(Tool):
-    """A tool shipped with the runtime, arguments described by a pydantic `Params` model."""
+P = TypeVar("P", bound=ToolParams)
+
+
+class BuiltinTool(Tool, Generic[P]):
+    """A tool shipped with the runtime, arguments described by a pydantic `Params` model
+    (`P`: the model `execute` receives; `Params` must be it)."""
 
     Params: ClassVar[type[ToolParams]] = NoParams
 
+    @abstractmethod
+    async def execute(self, params: P, ctx: ToolContext) -> ToolResult:
+        """Run with the validated arguments."""
+
     def parameters_schema(self) -> dict[str, Any]:
-        schema = clean_schema(self.Params.model_json_schema())
+        schema: dict[str, Any] = clean_schema(self.Params.model_json_schema())
         schema.pop("description", None)  # a model's docstring is for us, not for the LLM
         return schema
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.policy.engine import PolicyEngine
+from runtime.tools.base import Tool
 from runtime.tools.builtin import (
     CodeExecTool,
     EditFileTool,
@@ -82,7 +83,7 @@ def build_tools(
     memory = MemoryStore.in_data_dir(data_dir)
     notes = NotesStore.in_data_dir(data_dir)
     catalogs = UserToolCatalogs(UserToolStore(data_dir, shipped_dir))
-    tools = [
+    tools: list[Tool] = [
         CodeExecTool(),
         TerminalTool(),
         FilesystemTool(),

@@ -6,8 +6,10 @@ by the policy engine: a tool is listed when the engine does not deny it for that
 (a tool's `probe_args` say which argument sets to ask about, e.g. each `code_exec`
 language). What a caller *runs* is decided again, per call, with the real arguments: tools
 that run code go through the Executor (quota, policy, audit, sandbox); tools that run no
-code are checked here with `PolicyEngine.decide` before `execute`. The policy always wins:
-a denied tool answers `PolicyDenied` (403, with the rule), it is not hidden as 404.
+code are decided by the same Executor (`Executor.authorize`: denials and approvals audited)
+before `execute`. There is no other path: a context without an Executor runs nothing. The
+policy always wins: a denied tool answers `PolicyDenied` (403, with the rule), it is not
+hidden as 404.
 
 Arguments are validated in a worker thread (`off_loop`): a user tool's schema is
 agent-written, and even bounded (`runtime.tools.schema_guard`: at most 1 s per call) its
@@ -20,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from runtime.errors import InvalidInput, NotFound, PolicyDenied
+from runtime.errors import InvalidInput, NotFound, SandboxError
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
@@ -30,6 +32,9 @@ from runtime.tools.mcp import McpCatalog
 from runtime.tools.user.catalog import UserToolCatalogs
 from runtime.tools.user.store import ToolCatalog
 from runtime.tools.user.tool import UserTool, user_tool_manual
+
+if TYPE_CHECKING:
+    from runtime.executor import Executor
 
 VALIDATIONS_PER_TENANT = 1
 T = TypeVar("T")
@@ -209,45 +214,33 @@ class ToolRegistry:
             ctx.registry = self
         if not tool.runs_in_sandbox:
             decision = await self.authorize(tool, params, ctx)
-            ctx.decision_rule = decision.rule if decision is not None else None
+            ctx.decision_rule = decision.rule
         return await tool.execute(params, ctx)
 
     async def _refuse_if_denied(self, tool: Tool, args: Any, ctx: ToolContext) -> None:
         """Arguments that do not validate for a tool the policy denies this subject outright
         (not visible to it): the policy speaks first, so the call answers `PolicyDenied` with
-        its rule (audited when an Executor is at hand), not an argument error (e.g.
-        `http_request {}` under the default policy's `deny: [group:web]`)."""
+        its rule (audited by the Executor), not an argument error (e.g. `http_request {}`
+        under the default policy's `deny: [group:web]`)."""
         if self.policy is None or self.visible(tool, ctx.subject):
             return
         action = tool.action(args if isinstance(args, dict) else {}, ctx)
-        decision = self.policy.decide(ctx.subject, action)
-        if decision.verdict != "deny":
-            return
-        if ctx.executor is not None:
-            await ctx.executor.authorize(ctx.subject, action)  # audits, then raises
-        raise PolicyDenied(decision.reason, rule=decision.rule)
+        if self.policy.decide(ctx.subject, action).verdict == "deny":
+            await _executor(ctx).authorize(ctx.subject, action)  # audits, then raises
 
-    async def authorize(self, tool: Tool, params: Any, ctx: ToolContext) -> Decision | None:
-        """Policy check for a tool that runs no code (sandboxed tools: the Executor's job).
-
-        With an Executor in the context it decides (denials and approvals are audited);
-        without one (unit tests, tools-only use) the registry's own policy decides.
-        """
+    async def authorize(self, tool: Tool, params: Any, ctx: ToolContext) -> Decision:
+        """Policy check for a tool that runs no code (sandboxed tools: the Executor's job
+        too): the Executor decides, audits a denial and resolves an `ask` (with the
+        context's approver, else the registry's). There is no second path: without an
+        Executor nothing is decided, so nothing runs."""
         args = params.model_dump(mode="json") if hasattr(params, "model_dump") else params
-        action = tool.action(args, ctx)
-        if ctx.executor is not None:
-            approver = ctx.approver or self.approver
-            decision: Decision = await ctx.executor.authorize(
-                ctx.subject, action, approver=approver
-            )
-            return decision
-        if self.policy is None:
-            return None
-        decision = self.policy.decide(ctx.subject, action)
-        if decision.verdict == "deny":
-            raise PolicyDenied(decision.reason, rule=decision.rule)
-        if decision.verdict == "ask":
-            approve = ctx.approver or self.approver
-            if approve is None or not await approve(ctx.subject, action, decision):
-                raise PolicyDenied(f"{decision.reason}; not approved", rule=decision.rule)
+        decision: Decision = await _executor(ctx).authorize(
+            ctx.subject, tool.action(args, ctx), approver=ctx.approver or self.approver)
         return decision
+
+
+def _executor(ctx: ToolContext) -> Executor:
+    if ctx.executor is None:
+        raise SandboxError("no executor available for this call: every call is decided "
+                           "and audited by it")
+    return ctx.executor

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.errors import SandboxError
-from runtime.executor import ExecOutcome, Invocation
+from runtime.executor import ExecOutcome, Invocation, InvocationFor
 from runtime.policy.decision import Action
 from runtime.tools.base import ToolContext
 
@@ -20,16 +20,25 @@ __all__ = ["ExecOutcome", "Invocation", "exec_metadata", "run_sandboxed"]
 
 
 async def run_sandboxed(
-    ctx: ToolContext, action: Action, invocation: Invocation
+    ctx: ToolContext, action: Action, invocation: Invocation | InvocationFor
 ) -> ExecOutcome:
-    """Run `invocation` through the context's Executor under `action`; errors propagate
-    (`PolicyDenied`, `QuotaExceeded`, `AuditUnavailable`, `SandboxError`)."""
+    """Run `invocation` (or the one built from the decision) through the context's Executor
+    under `action`; errors propagate (`PolicyDenied`, `QuotaExceeded`, `AuditUnavailable`,
+    `SandboxError`)."""
     if ctx.executor is None:
         raise SandboxError("no executor available for this call")
-    if invocation.workspace is None and ctx.workspace_path is not None:
-        invocation = invocation.model_copy(update={"workspace": ctx.workspace_path})
+    workspace = ctx.workspace_path
+
+    def in_workspace(ready: Invocation) -> Invocation:
+        if ready.workspace is None and workspace is not None:
+            return ready.model_copy(update={"workspace": workspace})
+        return ready
+
+    chosen: Invocation | InvocationFor = (
+        in_workspace(invocation) if isinstance(invocation, Invocation)
+        else lambda decision: in_workspace(invocation(decision)))
     outcome: ExecOutcome = await ctx.executor.execute(
-        ctx.subject, action, invocation,
+        ctx.subject, action, chosen,
         on_output=ctx.on_output, exec_id=ctx.exec_id, approver=ctx.approver,
     )
     ctx.execution = outcome.execution  # the typed result the caller reports

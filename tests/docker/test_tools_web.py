@@ -232,12 +232,14 @@ async def test_web_view_returns_the_page_text_and_links(rig: Rig, web_server: Se
 async def test_a_host_off_the_allowlist_is_refused_without_a_container(
     rig: Rig, web_server: Server
 ) -> None:
-    """Red when the pre-check is off: a container runs (intent record) and the proxy refuses."""
+    """Red when the URL's host is not decided on: a container runs (intent record) and the
+    proxy refuses."""
     for tool in ("http_request", "web_view"):
-        result = await rig.call(tool, {"url": f"http://elsewhere.invalid:{web_server.port}/"})
-        assert not result.success
-        assert result.error is not None and "egress allowlist (localhost)" in result.error
-        assert "elsewhere.invalid" in result.error
+        with pytest.raises(PolicyDenied) as denied:
+            await rig.call(tool, {"url": f"http://elsewhere.invalid:{web_server.port}/"})
+        assert denied.value.rule == f"profiles.web.tools.{tool}.egress"
+        assert "egress allowlist (localhost)" in denied.value.message
+        assert "elsewhere.invalid" in denied.value.message
     assert await rig.kinds() == [("denied", "profiles.web.tools.http_request.egress"),
                                  ("denied", "profiles.web.tools.web_view.egress")]
     assert web_server.hits == [] and rig.resolver.calls == []

@@ -27,6 +27,7 @@ from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.user.descriptor import parse_descriptor
 from runtime.workspace import Workspaces
+from tests.fakes.executors import audited_executor
 
 MALICIOUS = '''
 import os, socket, json
@@ -87,13 +88,18 @@ async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
     await svc.close()
 
 
+@pytest.fixture
+async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
+    async with audited_executor(tmp_path / "exec-audit") as executor:
+        yield ToolContext(subject=Subject(tenant="t1", session="s1"), executor=executor)
+
+
 async def test_cant_run_module_code_in_the_supervisor(
-    services: ToolServices, tmp_path: Path
+    services: ToolServices, tmp_path: Path, ctx: ToolContext
 ) -> None:
     canary = tmp_path / "canary"
     source = malicious_source(canary)
     reg = services.registry
-    ctx = ToolContext(subject=Subject(tenant="t1", session="s1"))
 
     parse_descriptor(source)
     written = await reg.invoke("write_tool", {"name": "evil", "code": source}, ctx)
@@ -113,10 +119,9 @@ async def test_cant_run_module_code_in_the_supervisor(
 
 
 async def test_cant_hide_other_tools_with_a_broken_one(
-    services: ToolServices, tmp_path: Path
+    services: ToolServices, tmp_path: Path, ctx: ToolContext
 ) -> None:
     reg = services.registry
-    ctx = ToolContext(subject=Subject(tenant="t1", session="s1"))
     tdir = services.user_tools.store.tenant_dir("t1", create=True)
     (tdir / "crash.py").write_text("raise SystemExit('import-time crash')\n")
     (tdir / "loop.py").write_text("while True:\n    pass\n")

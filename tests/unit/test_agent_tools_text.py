@@ -16,6 +16,7 @@ from runtime.tools.builtin.document import PAGE_CHARS, page_of
 from runtime.tools.builtin.edit import replace_once
 from runtime.tools.builtin.text_lines import line_range
 from runtime.workspace import Workspaces
+from tests.fakes.executors import audited_executor
 
 
 def test_replace_once_demands_exactly_one_match() -> None:
@@ -53,8 +54,10 @@ async def tools(tmp_path: Path) -> AsyncIterator[tuple[ToolServices, ToolContext
     workspaces = Workspaces(tmp_path / "ws")
     workspaces.create(tenant, session)
     ws = workspaces.open(tenant, session)
-    ctx = ToolContext(subject=Subject(tenant=tenant, session=session), workspace=ws)
-    yield services, ctx
+    async with audited_executor(tmp_path / "exec-audit") as executor:
+        ctx = ToolContext(subject=Subject(tenant=tenant, session=session), workspace=ws,
+                          executor=executor)
+        yield services, ctx
     ws.close()
     await services.close()
 

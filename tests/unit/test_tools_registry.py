@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from runtime.config import PROJECT_ROOT
-from runtime.errors import InvalidInput, NotFound, PolicyDenied
+from runtime.errors import InvalidInput, NotFound, PolicyDenied, SandboxError
 from runtime.policy import Action, PolicyEngine, Subject
 from runtime.policy.model import TOOL_GROUP
 from runtime.tools import GROUPS, ToolContext, ToolServices, build_tools
+from tests.fakes.executors import audited_executor
 
 POLICIES = PROJECT_ROOT / "policies"
 
@@ -64,14 +65,26 @@ async def test_specs_shape_and_policy_filtering(services: ToolServices) -> None:
     assert [s.name for s in only] == ["todo"]
 
 
-async def test_hidden_tool_spec_is_404_but_call_is_403(services: ToolServices) -> None:
+async def test_hidden_tool_spec_is_404_but_call_is_403(services: ToolServices,
+                                                      tmp_path: Path) -> None:
     reg = services.registry
     with pytest.raises(NotFound):
         await reg.spec("write_tool", subject("secretary"))
-    ctx = ToolContext(subject=subject("secretary"))
-    with pytest.raises(PolicyDenied) as exc:
-        await reg.invoke("write_tool", {"name": "x", "code": "x"}, ctx)
-    assert exc.value.rule.startswith("profiles.secretary.deny")
+    async with audited_executor(tmp_path / "audit", reg.policy) as executor:
+        ctx = ToolContext(subject=subject("secretary"), executor=executor)
+        with pytest.raises(PolicyDenied) as exc:
+            await reg.invoke("write_tool", {"name": "x", "code": "x"}, ctx)
+        assert exc.value.rule.startswith("profiles.secretary.deny")
+        [denied] = await executor.audit.records()
+        assert (denied.kind, denied.tool, denied.rule) == ("denied", "write_tool",
+                                                           exc.value.rule)
+
+
+async def test_nothing_is_decided_without_an_executor(services: ToolServices) -> None:
+    """No second, unaudited decision path: a context without an Executor runs nothing."""
+    with pytest.raises(SandboxError, match="no executor"):
+        await services.registry.invoke("todo", {"action": "list"},
+                                       ToolContext(subject=subject()))
 
 
 async def test_bad_args_are_invalid_input_before_anything_runs(services: ToolServices) -> None:
@@ -111,22 +124,26 @@ async def test_ask_without_approver_is_denied(tmp_path: Path) -> None:
     svc = build_tools(tmp_path / "data", policy=engine)
     await svc.open()
     try:
-        profile = engine.default_profile("t1") or "developer"
-        ctx = ToolContext(subject=subject(profile))
-        src = (
-            'name = "shout"\ndescription = "d"\nparameters = {"type": "object"}\n'
-            "async def execute(params):\n    return 'x'\n"
-        )
-        with pytest.raises(PolicyDenied, match="not approved"):
-            await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
-        asked: list[str] = []
+        async with audited_executor(tmp_path / "audit", engine) as executor:
+            profile = engine.default_profile("t1") or "developer"
+            ctx = ToolContext(subject=subject(profile), executor=executor)
+            src = (
+                'name = "shout"\ndescription = "d"\nparameters = {"type": "object"}\n'
+                "async def execute(params):\n    return 'x'\n"
+            )
+            with pytest.raises(PolicyDenied, match="approval required but no approver"):
+                await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
+            asked: list[str] = []
 
-        async def approve(subject: Subject, action: Action, decision: object) -> bool:
-            asked.append(action.tool)
-            return True
+            async def approve(subject: Subject, action: Action, decision: object) -> bool:
+                asked.append(action.tool)
+                return True
 
-        svc.registry.approver = approve
-        result = await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
-        assert result.success and asked == ["write_tool"]
+            svc.registry.approver = approve
+            result = await svc.registry.invoke("write_tool", {"name": "shout", "code": src},
+                                               ctx)
+            assert result.success and asked == ["write_tool"]
+            kinds = [(r.kind, r.decision) for r in await executor.audit.records()]
+            assert kinds[0] == ("denied", "deny") and ("approval", "approved") in kinds
     finally:
         await svc.close()

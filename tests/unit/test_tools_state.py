@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from runtime.errors import InvalidInput, NotFound
 from runtime.policy import PolicyEngine, Subject
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.workspace.workspace import Workspace
+from tests.fakes.executors import audited_executor
 
 PNG_1x1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -28,12 +29,21 @@ async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
     await svc.close()
 
 
-def ctx_for(session: str = "s1", tenant: str = "t1", workspace: Workspace | None = None
-            ) -> ToolContext:
-    return ToolContext(subject=Subject(tenant=tenant, session=session), workspace=workspace)
+CtxFor = Callable[..., ToolContext]
 
 
-async def test_todo_lifecycle_per_session(services: ToolServices) -> None:
+@pytest.fixture
+async def ctx_for(tmp_path: Path) -> AsyncIterator[CtxFor]:
+    """Contexts whose calls an Executor decides and audits (as in the server)."""
+    async with audited_executor(tmp_path / "exec-audit") as executor:
+        def make(session: str = "s1", tenant: str = "t1",
+                 workspace: Workspace | None = None) -> ToolContext:
+            return ToolContext(subject=Subject(tenant=tenant, session=session),
+                               workspace=workspace, executor=executor)
+        yield make
+
+
+async def test_todo_lifecycle_per_session(services: ToolServices, ctx_for: CtxFor) -> None:
     reg = services.registry
     ctx = ctx_for()
     r = await reg.invoke("todo", {"action": "add", "title": "write parser"}, ctx)
@@ -56,7 +66,7 @@ async def test_todo_lifecycle_per_session(services: ToolServices) -> None:
     assert r.metadata["items"] == []
 
 
-async def test_todo_survives_a_restart(tmp_path: Path) -> None:
+async def test_todo_survives_a_restart(tmp_path: Path, ctx_for: CtxFor) -> None:
     svc = build_tools(tmp_path)
     await svc.registry.invoke("todo", {"action": "add", "title": "persist"}, ctx_for())
     await svc.close()
@@ -66,7 +76,7 @@ async def test_todo_survives_a_restart(tmp_path: Path) -> None:
     assert r.metadata["items"][0]["title"] == "persist"
 
 
-async def test_scratchpad(services: ToolServices) -> None:
+async def test_scratchpad(services: ToolServices, ctx_for: CtxFor) -> None:
     reg = services.registry
     ctx = ctx_for()
     assert "empty" in (await reg.invoke("scratchpad", {"action": "read"}, ctx)).output
@@ -82,7 +92,8 @@ async def test_scratchpad(services: ToolServices) -> None:
     assert await services.notes.scratchpad("t1", "s1") == ""
 
 
-async def test_memory_fts_per_tenant(services: ToolServices, tmp_path: Path) -> None:
+async def test_memory_fts_per_tenant(services: ToolServices, tmp_path: Path,
+                                     ctx_for: CtxFor) -> None:
     reg = services.registry
     ctx = ctx_for()
     r1 = await reg.invoke(
@@ -110,7 +121,7 @@ async def test_memory_fts_per_tenant(services: ToolServices, tmp_path: Path) -> 
     assert (tmp_path / "data" / "memory.sqlite3").is_file()
 
 
-async def test_list_tools_and_manual(services: ToolServices) -> None:
+async def test_list_tools_and_manual(services: ToolServices, ctx_for: CtxFor) -> None:
     reg = services.registry
     store = services.user_tools.store
     tdir = store.tenant_dir("t1", create=True)
@@ -132,8 +143,7 @@ async def test_list_tools_and_manual(services: ToolServices) -> None:
 
 
 async def test_filesystem_and_image_view_through_the_workspace(
-    services: ToolServices, tmp_path: Path
-) -> None:
+    services: ToolServices, tmp_path: Path, ctx_for: CtxFor) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     (tmp_path / "outside.txt").write_text("host file")

@@ -17,7 +17,7 @@ from runtime.audit import AuditLog
 from runtime.egress import EgressRules
 from runtime.errors import InvalidInput, PolicyDenied
 from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject, parse_policy
+from runtime.policy import Action, PolicyEngine, Subject, parse_policy
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import ExecRequest
 from runtime.tools import ToolContext, ToolResult, build_tools
@@ -202,23 +202,38 @@ async def call(registry: ToolRegistry, executor: Executor, tool: str, args: Any,
                                                          **ctx))
 
 
-async def test_a_host_off_the_allowlist_runs_nothing_and_is_audited(audit: AuditLog) -> None:
-    """Red when the pre-check is skipped: the fake sandbox then receives a request."""
+async def test_a_host_off_the_allowlist_is_denied_by_the_engine_and_runs_nothing(
+        audit: AuditLog) -> None:
+    """Red when the URL's host is left out of the decision: the fake sandbox then receives
+    a request."""
     backend = FakeBackend(default=reply())
     registry, executor = rig(audit, backend, POLICY)
-    result = await call(registry, executor, "http_request", {"url": "https://other.org/x"})
-    assert not result.success and result.error is not None
-    assert result.error.startswith("other.org is not in the egress allowlist "
-                                   "(pypi.org, *.example.org)")
-    assert result.metadata == {"url": "https://other.org/x",
-                               "allowlist": ["pypi.org", "*.example.org"]}
+    with pytest.raises(PolicyDenied) as denied:
+        await call(registry, executor, "http_request", {"url": "https://other.org/x"})
+    assert denied.value.rule == "profiles.web.tools.http_request.egress"
+    assert denied.value.message.startswith("other.org is not in the egress allowlist "
+                                           "(pypi.org, *.example.org)")
     nogrant = Subject(tenant="t1", user="u", session="s1", profile="nogrant")
-    result = await call(registry, executor, "web_view", {"url": "https://pypi.org/"}, nogrant)
-    assert not result.success and "no egress" in (result.error or "")
+    with pytest.raises(PolicyDenied) as denied:
+        await call(registry, executor, "web_view", {"url": "https://pypi.org/"}, nogrant)
+    assert "no egress" in denied.value.message
     assert backend.requests == []
     assert [(r.kind, r.rule, r.tool) for r in await audit.records()] == [
         ("denied", "profiles.web.tools.http_request.egress", "http_request"),
         ("denied", "profiles.nogrant.tools.web_view.egress", "web_view")]
+
+
+def test_the_engine_checks_every_named_host_against_the_grant() -> None:
+    engine = PolicyEngine(parse_policy(POLICY))
+    ok = engine.decide(WEB, Action(tool="http_request", group="group:web",
+                                   hosts=("a.example.org",)))
+    assert ok.verdict == "allow" and ok.egress_allowlist == ["pypi.org", "*.example.org"]
+    off = engine.decide(WEB, Action(tool="http_request", group="group:web",
+                                    hosts=("pypi.org", "example.org")))
+    assert (off.verdict, off.rule) == ("deny", "profiles.web.tools.http_request.egress")
+    assert off.reason.startswith("example.org is not in the egress allowlist")
+    # no hosts named (the listing's probe): the grant alone decides
+    assert engine.decide(WEB, Action(tool="http_request", group="group:web")).verdict == "allow"
 
 
 async def test_an_allowed_call_asks_the_sandbox_for_exactly_this_fetch(

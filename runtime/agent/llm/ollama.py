@@ -84,7 +84,7 @@ class OllamaBackend:
 
     async def close(self) -> None:
         for client in self._clients.values():
-            await client.close()
+            await client.close()  # type: ignore[no-untyped-call]  # ollama's is unannotated
         self._clients.clear()
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:

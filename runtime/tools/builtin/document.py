@@ -40,7 +40,7 @@ def page_of(text: str, offset: int, path: str) -> tuple[str, str]:
     return text[offset:end], f"({path}: characters {offset}-{end} of {total}{more})"
 
 
-class ReadDocumentTool(BuiltinTool):
+class ReadDocumentTool(BuiltinTool[ReadDocumentParams]):
     name = "read_document"
     description = (
         "Read the text of a PDF (extracted with pdftotext in a sandbox) or of a text file of "
@@ -50,7 +50,7 @@ class ReadDocumentTool(BuiltinTool):
     Params = ReadDocumentParams
     runs_in_sandbox: ClassVar[bool] = False  # a PDF's extraction asks the Executor itself
 
-    async def execute(self, params: ReadDocumentParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ReadDocumentParams, ctx: ToolContext) -> ToolResult:
         ws = ctx.workspace
         if ws is None:
             raise InvalidInput("this call has no session workspace")

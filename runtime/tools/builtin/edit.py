@@ -58,7 +58,7 @@ def changed_lines(text: str, first: int, last: int) -> str:
     return numbered(lines[start - 1:end], start)
 
 
-class EditFileTool(BuiltinTool):
+class EditFileTool(BuiltinTool[EditFileParams]):
     name = "edit_file"
     description = (
         "Replace exactly one occurrence of `old` with `new` in a text file of this session "
@@ -68,7 +68,7 @@ class EditFileTool(BuiltinTool):
     group = "group:fs"
     Params = EditFileParams
 
-    async def execute(self, params: EditFileParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: EditFileParams, ctx: ToolContext) -> ToolResult:
         ws = ctx.workspace
         if ws is None:
             raise InvalidInput("this call has no session workspace")

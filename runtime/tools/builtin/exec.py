@@ -76,7 +76,7 @@ def outcome_result(outcome: ExecOutcome) -> ToolResult:
     return ToolResult.fail(error, output=output, **meta)
 
 
-class CodeExecTool(BuiltinTool):
+class CodeExecTool(BuiltinTool[CodeExecParams]):
     name = "code_exec"
     description = (
         "Run a Python 3 or bash program in a fresh sandbox (the session's files as working "
@@ -96,12 +96,12 @@ class CodeExecTool(BuiltinTool):
             return Invocation(argv=["python3", "-I", "-c", params.code])
         return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.code])
 
-    async def execute(self, params: CodeExecParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: CodeExecParams, ctx: ToolContext) -> ToolResult:
         action = self.action(params.model_dump(), ctx)
         return outcome_result(await run_sandboxed(ctx, action, self.call_for(params)))
 
 
-class TerminalTool(BuiltinTool):
+class TerminalTool(BuiltinTool[TerminalParams]):
     name = "terminal"
     description = (
         "Run one shell command line (bash -c) in a fresh sandbox with the session's files as "
@@ -121,7 +121,7 @@ class TerminalTool(BuiltinTool):
         # run it, from the directory below it (arguments, never text pasted into a script)
         return Invocation(argv=[*shell, CD_THEN_RUN, workdir, params.command])
 
-    async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:
         workdir = await _workdir(ctx, params.cwd)
         action = self.action(params.model_dump(exclude_none=True), ctx)
         if params.timeout_s is not None:

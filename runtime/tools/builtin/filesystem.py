@@ -54,7 +54,7 @@ class FilesystemParams(ToolParams):
         return self
 
 
-class FilesystemTool(BuiltinTool):
+class FilesystemTool(BuiltinTool[FilesystemParams]):
     name = "filesystem"
     description = (
         "Work with this session's files (the sandbox's working directory): read (all, or "
@@ -64,7 +64,7 @@ class FilesystemTool(BuiltinTool):
     group = "group:fs"
     Params = FilesystemParams
 
-    async def execute(self, params: FilesystemParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: FilesystemParams, ctx: ToolContext) -> ToolResult:
         ws = ctx.workspace
         if ws is None:
             raise InvalidInput("this call has no session workspace")
@@ -95,11 +95,11 @@ class FilesystemTool(BuiltinTool):
             )
         if action == "list":
             entries = await asyncio.to_thread(ws.list, params.path)
-            shown = entries[:MAX_LISTED]
-            lines = [f"{e.path}\t{e.size}" for e in shown]
+            listed = entries[:MAX_LISTED]
+            lines = [f"{e.path}\t{e.size}" for e in listed]
             if len(entries) > MAX_LISTED:
                 lines.append(f"(+{len(entries) - MAX_LISTED} more)")
-            listing = [e.model_dump() for e in shown]
+            listing = [e.model_dump() for e in listed]
             return ToolResult.ok("\n".join(lines) or "(no files)", files=listing)
         if action == "delete":
             await asyncio.to_thread(ws.stat, params.path)  # a missing file: no record

@@ -35,7 +35,7 @@ class ImageViewParams(ToolParams):
     path: str = Field(min_length=1, max_length=1024, description="workspace-relative image path")
 
 
-class ImageViewTool(BuiltinTool):
+class ImageViewTool(BuiltinTool[ImageViewParams]):
     name = "image_view"
     description = (
         "Look at an image file of this session (PNG, JPEG, GIF or WebP, at most 5 MiB), "
@@ -44,7 +44,7 @@ class ImageViewTool(BuiltinTool):
     group = "group:meta"
     Params = ImageViewParams
 
-    async def execute(self, params: ImageViewParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ImageViewParams, ctx: ToolContext) -> ToolResult:
         if ctx.workspace is None:
             raise InvalidInput("this call has no session workspace")
         try:
@@ -61,7 +61,7 @@ class ImageViewTool(BuiltinTool):
                 f"{params.path} is not a PNG, JPEG, GIF or WebP image", path=params.path
             )
         block = ImageBlock(
-            media_type=media_type,  # type: ignore[arg-type]
+            media_type=media_type,
             data_b64=base64.b64encode(data).decode("ascii"),
             path=params.path,
         )

@@ -31,7 +31,7 @@ class MemoryParams(ToolParams):
         return self
 
 
-class MemoryTool(BuiltinTool):
+class MemoryTool(BuiltinTool[MemoryParams]):
     name = "memory"
     description = (
         "Long-term memory shared by all sessions of this tenant: save facts, search them "
@@ -43,7 +43,7 @@ class MemoryTool(BuiltinTool):
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
-    async def execute(self, params: MemoryParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: MemoryParams, ctx: ToolContext) -> ToolResult:
         if params.action == "save":
             assert params.content is not None
             memory_id = await self.store.save(ctx.tenant, params.content, params.tags)

@@ -21,7 +21,7 @@ def _registry(ctx: ToolContext):  # type: ignore[no-untyped-def]
     return ctx.registry
 
 
-class ListToolsTool(BuiltinTool):
+class ListToolsTool(BuiltinTool[NoParams]):
     name = "list_tools"
     description = (
         "List the tools you may use (name, group, one-line description), and user tools that "
@@ -30,7 +30,7 @@ class ListToolsTool(BuiltinTool):
     group = "group:meta"
     Params = NoParams
 
-    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         registry = _registry(ctx)
         tools = await registry.available(ctx.subject)
         catalog = await registry.catalog(ctx.tenant)
@@ -61,12 +61,12 @@ class ToolManualParams(ToolParams):
     )
 
 
-class ToolManualTool(BuiltinTool):
+class ToolManualTool(BuiltinTool[ToolManualParams]):
     name = "tool_manual"
     description = "Read the manual of a tool: what it does, its parameters, examples, limits."
     group = "group:meta"
     Params = ToolManualParams
 
-    async def execute(self, params: ToolManualParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ToolManualParams, ctx: ToolContext) -> ToolResult:
         text = await _registry(ctx).manual(params.name, ctx.subject)
         return ToolResult.ok(text, name=params.name)

@@ -57,7 +57,7 @@ def render_todos(items: list[dict[str, object]]) -> str:
                      f"({i['status']})" for i in items)
 
 
-class TodoTool(BuiltinTool):
+class TodoTool(BuiltinTool[TodoParams]):
     name = "todo"
     description = (
         "Keep a todo list for this session: add items, update their status "
@@ -70,7 +70,7 @@ class TodoTool(BuiltinTool):
     def __init__(self, notes: NotesStore) -> None:
         self.notes = notes
 
-    async def execute(self, params: TodoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: TodoParams, ctx: ToolContext) -> ToolResult:
         t, s = ctx.tenant, ctx.session
         if params.action == "add":
             assert params.title is not None
@@ -116,7 +116,7 @@ class ScratchpadParams(ToolParams):
         return self
 
 
-class ScratchpadTool(BuiltinTool):
+class ScratchpadTool(BuiltinTool[ScratchpadParams]):
     name = "scratchpad"
     description = (
         "Private notes for this session: one default note and named ones (name). Read, "
@@ -128,7 +128,7 @@ class ScratchpadTool(BuiltinTool):
     def __init__(self, notes: NotesStore) -> None:
         self.notes = notes
 
-    async def execute(self, params: ScratchpadParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ScratchpadParams, ctx: ToolContext) -> ToolResult:
         t, s = ctx.tenant, ctx.session
         if params.action == "list":
             named = await self.notes.notes(t, s)

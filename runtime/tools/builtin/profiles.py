@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from runtime.errors import NotFound
 from runtime.policy.decision import Subject
-from runtime.tools.base import BuiltinTool, NoParams, ToolContext, ToolParams, ToolResult
+from runtime.tools.base import BuiltinTool, NoParams, P, ToolContext, ToolParams, ToolResult
 
 
 class ProfileInfo(BaseModel):
@@ -33,7 +33,7 @@ class ProfileDirectory(Protocol):
         ...
 
 
-class _ProfileTool(BuiltinTool):
+class _ProfileTool(BuiltinTool[P]):
     group = "group:meta"
 
     def __init__(self, directory: ProfileDirectory | None = None) -> None:
@@ -45,13 +45,13 @@ class _ProfileTool(BuiltinTool):
         return self.directory
 
 
-class ListProfilesTool(_ProfileTool):
+class ListProfilesTool(_ProfileTool[NoParams]):
     name = "list_profiles"
     description = ("List the profiles this session may use (the active one marked): each "
                    "sets which tools you have and their limits.")
     Params = NoParams
 
-    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         found = await self._dir().allowed(ctx.subject)
         lines = [f"{'* ' if p.active else '- '}{p.name}" + (f": {p.description}"
                                                            if p.description else "")
@@ -64,13 +64,13 @@ class SwitchProfileParams(ToolParams):
     profile: str = Field(min_length=1, max_length=64, description="a name list_profiles shows")
 
 
-class SwitchProfileTool(_ProfileTool):
+class SwitchProfileTool(_ProfileTool[SwitchProfileParams]):
     name = "switch_profile"
     description = ("Move this session to another profile (one list_profiles shows); from your "
                    "next step you have that profile's tools and limits.")
     Params = SwitchProfileParams
 
-    async def execute(self, params: SwitchProfileParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: SwitchProfileParams, ctx: ToolContext) -> ToolResult:
         previous = await self._dir().switch(ctx.subject, params.profile)
         if previous == params.profile:
             return ToolResult.ok(f"the session already uses profile {params.profile!r}",

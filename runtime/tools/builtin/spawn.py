@@ -24,7 +24,7 @@ class SpawnAgentParams(ToolParams):
                                 description="a profile no wider than yours (default: yours)")
 
 
-class SpawnAgentTool(BuiltinTool):
+class SpawnAgentTool(BuiltinTool[SpawnAgentParams]):
     name = "spawn_agent"
     description = (
         "Delegate a self-contained sub-task to a sub-agent in this session (same files, at "
@@ -36,7 +36,7 @@ class SpawnAgentTool(BuiltinTool):
     def __init__(self, runner: SubAgentRunner | None = None) -> None:
         self.runner = runner
 
-    async def execute(self, params: SpawnAgentParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: SpawnAgentParams, ctx: ToolContext) -> ToolResult:
         if self.runner is None:
             raise NotFound("sub-agents are not available here")
         extra: dict[str, Any] = ctx.extra

@@ -3,14 +3,14 @@
 Nothing of a request runs in the supervisor. A call is:
 
 1. the arguments validated (`web_params.py`: http/https, no userinfo, no header injection);
-2. the policy's decision previewed (`Executor.engine.decide`, no side effects): a denied call
-   goes on to the Executor, which audits the denial and raises `PolicyDenied` (403 with the
-   rule); an allowed one must name a host on the decision's egress allowlist, else the
-   call is refused here, audited as `denied` (rule `profiles.<p>.tools.<tool>.egress`),
-   and answered with a tool error naming the allowlist: no container is started;
-3. `web_fetch.py` run in a fresh python-image container through the Executor (policy,
-   audit, limits) with the call's egress grant and *no* session workspace mounted; the job
-   is JSON on stdin, the answer one JSON object on stdout.
+2. the policy's decision, by the Executor like any call: the URL's host is part of the
+   `Action` (`hosts`), so a host off the grant is denied by the engine itself (rule
+   `profiles.<p>.tools.<tool>.egress`, audited, 403 / a tool error naming the allowlist)
+   and no container starts;
+3. `web_fetch.py` run in a fresh python-image container through the Executor (audit,
+   limits) with the call's egress grant (the job carries the granted allowlist) and *no*
+   session workspace mounted; the job is JSON on stdin, the answer one JSON object on
+   stdout.
 
 The result is `{success, output, error, metadata}`: `output` is the body (`http_request`)
 or the page's readable text with its links (`web_view`); `metadata` carries status, url,
@@ -22,19 +22,18 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runtime.audit.records import AuditEntry, digest_json
-from runtime.policy.decision import Action, Decision
+from runtime.policy.decision import Decision
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
 from runtime.tools.builtin.web_params import (
     HttpRequestParams,
     WebParamsBase,
     WebViewParams,
-    egress_problem,
+    url_host_port,
 )
 from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
 
@@ -71,7 +70,10 @@ class FetchAnswer(BaseModel):
     links: list[tuple[str, str]] = []
 
 
-class _WebTool(BuiltinTool):
+W = TypeVar("W", bound=WebParamsBase)
+
+
+class _WebTool(BuiltinTool[W]):
     group = "group:web"
     runs_in_sandbox: ClassVar[bool] = True
     mode: ClassVar[str]
@@ -79,52 +81,33 @@ class _WebTool(BuiltinTool):
     def probe_args(self) -> list[dict[str, Any]]:
         return [{"url": "https://example.org/"}]
 
-    def job(self, params: Any) -> dict[str, Any]:
+    def job(self, params: W) -> dict[str, Any]:
         raise NotImplementedError
 
-    def answer(self, params: Any, reply: FetchAnswer, meta: dict[str, Any]) -> ToolResult:
+    def answer(self, params: W, reply: FetchAnswer, meta: dict[str, Any]) -> ToolResult:
         raise NotImplementedError
 
-    async def execute(self, params: WebParamsBase, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
-        action = self.action(params.model_dump(mode="json"), ctx)
+    async def execute(self, params: W, ctx: ToolContext) -> ToolResult:
+        # the URL's host is part of what is decided: off the grant, the engine denies it
+        action = self.action(params.model_dump(mode="json"), ctx).model_copy(
+            update={"hosts": (url_host_port(params.url)[0],)})
         if ctx.timeout_s is None:
             action = action.model_copy(update={"timeout_s": params.timeout_s + STARTUP_S})
-        decision = self._preview(ctx, action)
-        if decision is not None and decision.verdict != "deny":
-            problem = egress_problem(params.url, decision.egress_allowlist)
-            if problem is not None:
-                await self._audit_refusal(ctx, action, problem)
-                return ToolResult.fail(problem, url=params.url,
-                                       allowlist=list(decision.egress_allowlist))
-        output_cap = decision.limits.output_bytes if decision is not None else 1024 * 1024
-        job = {**self.job(params), "mode": self.mode, "url": params.url,
-               "timeout_s": params.timeout_s, "max_redirects": MAX_REDIRECTS,
-               "allowlist": list(decision.egress_allowlist) if decision else [],
-               "max_output": max(1024, output_cap - 256)}
-        stdin = json.dumps(job, separators=(",", ":")).encode("utf-8")
-        invocation = Invocation(argv=["python3", "-I", "-c", FETCH_SOURCE], stdin=stdin)
+
+        def fetch(decision: Decision) -> Invocation:
+            job = {**self.job(params), "mode": self.mode, "url": params.url,
+                   "timeout_s": params.timeout_s, "max_redirects": MAX_REDIRECTS,
+                   "allowlist": list(decision.egress_allowlist),
+                   "max_output": max(1024, decision.limits.output_bytes - 256)}
+            stdin = json.dumps(job, separators=(",", ":")).encode("utf-8")
+            return Invocation(argv=["python3", "-I", "-c", FETCH_SOURCE], stdin=stdin)
+
         # No session files for a fetch: the container gets the proxy socket and nothing else.
         bare = dataclasses.replace(ctx, workspace_path=None)
-        outcome = await run_sandboxed(bare, action, invocation)
+        outcome = await run_sandboxed(bare, action, fetch)
         # the exec result without the fetcher's JSON answer: its contents are the result's
         execution = outcome.execution.model_copy(update={"stdout": ""})
         return self._result(params, outcome).model_copy(update={"execution": execution})
-
-    @staticmethod
-    def _preview(ctx: ToolContext, action: Action) -> Decision | None:
-        engine = getattr(ctx.executor, "engine", None)
-        if engine is None:
-            return None
-        decision: Decision = engine.decide(ctx.subject, action)
-        return decision
-
-    @staticmethod
-    async def _audit_refusal(ctx: ToolContext, action: Action, reason: str) -> None:
-        sha, size = digest_json(action.args)
-        await ctx.executor.audit.append(AuditEntry(
-            kind="denied", decision="deny", tenant=ctx.subject.tenant, user=ctx.subject.user,
-            session=ctx.subject.session, tool=action.tool, args_sha256=sha, args_size=size,
-            rule=f"profiles.{ctx.subject.profile}.tools.{action.tool}.egress", reason=reason))
 
     def _result(self, params: Any, outcome: ExecOutcome) -> ToolResult:
         meta = exec_metadata(outcome)
@@ -156,7 +139,7 @@ def _parse(stdout: bytes) -> FetchAnswer | None:
         return None
 
 
-class HttpRequestTool(_WebTool):
+class HttpRequestTool(_WebTool[HttpRequestParams]):
     name = "http_request"
     description = (
         "Send one HTTP(S) request (GET, HEAD, POST, PUT, PATCH, DELETE) to a host the policy "
@@ -166,11 +149,11 @@ class HttpRequestTool(_WebTool):
     Params = HttpRequestParams
     mode = "request"
 
-    def job(self, params: HttpRequestParams) -> dict[str, Any]:  # type: ignore[override]
+    def job(self, params: HttpRequestParams) -> dict[str, Any]:
         return {"method": params.method, "headers": params.headers, "body": params.body,
                 "max_body_bytes": MAX_BODY_BYTES, "max_chars": 0}
 
-    def answer(self, params: HttpRequestParams, reply: FetchAnswer,  # type: ignore[override]
+    def answer(self, params: HttpRequestParams, reply: FetchAnswer,
                meta: dict[str, Any]) -> ToolResult:
         meta["headers"] = {k: v for k, v in reply.headers}
         meta["reason"] = reply.reason
@@ -186,7 +169,7 @@ class HttpRequestTool(_WebTool):
         return ToolResult.ok(output, **meta)
 
 
-class WebViewTool(_WebTool):
+class WebViewTool(_WebTool[WebViewParams]):
     name = "web_view"
     description = (
         "Read a web page (GET) from a host the policy allows, from a sandbox through the "
@@ -196,11 +179,11 @@ class WebViewTool(_WebTool):
     Params = WebViewParams
     mode = "view"
 
-    def job(self, params: WebViewParams) -> dict[str, Any]:  # type: ignore[override]
+    def job(self, params: WebViewParams) -> dict[str, Any]:
         return {"method": "GET", "headers": {"Accept": "text/html,text/plain;q=0.8,*/*;q=0.5"},
                 "body": None, "max_body_bytes": MAX_PAGE_BYTES, "max_chars": params.max_chars}
 
-    def answer(self, params: WebViewParams, reply: FetchAnswer,  # type: ignore[override]
+    def answer(self, params: WebViewParams, reply: FetchAnswer,
                meta: dict[str, Any]) -> ToolResult:
         meta.update(title=reply.title or "", links=len(reply.links))
         parts = [f"Title: {reply.title}" if reply.title else "", f"URL: {reply.url}", "",
@@ -221,26 +204,51 @@ class WebSearchParams(ToolParams):
     max_results: int = Field(8, ge=1, le=MAX_RESULTS, description="results to return")
 
 
-class WebSearchTool(_WebTool):
+class _SearchFetch(_WebTool[HttpRequestParams]):
+    """The request `web_search` makes, decided and audited as `web_search`."""
+
+    name = "web_search"
+    description = "the search service's JSON answer"
+    Params = HttpRequestParams
+    mode = "request"
+
+    def job(self, params: HttpRequestParams) -> dict[str, Any]:
+        return {"method": "GET", "headers": params.headers, "body": None,
+                "max_body_bytes": MAX_BODY_BYTES, "max_chars": 0}
+
+    def answer(self, params: HttpRequestParams, reply: FetchAnswer,
+               meta: dict[str, Any]) -> ToolResult:
+        if not reply.ok:
+            return ToolResult.fail(f"the search service answered HTTP {reply.status}", **meta)
+        results = search_results(reply.body or "", MAX_RESULTS)
+        if results is None:
+            return ToolResult.fail("the search service's answer is not SearXNG JSON", **meta)
+        meta["results"] = results
+        return ToolResult.ok(render_results(results), **meta)
+
+
+class WebSearchTool(BuiltinTool[WebSearchParams]):
     """`web_search`: a SearXNG-compatible JSON endpoint (`NAVI_SEARCH_URL`), asked exactly
     like `http_request` asks a host: from a sandbox, through the call's egress proxy, so the
     policy must grant the tool the search host."""
 
     name = "web_search"
+    group = "group:web"
+    runs_in_sandbox: ClassVar[bool] = True
     description = (
         "Search the web (a SearXNG-compatible service the operator runs); returns results as "
         "title, url and snippet. Read a result with web_view."
     )
     Params = WebSearchParams
-    mode = "request"
 
     def __init__(self, search_url: str | None = None) -> None:
         self.search_url = search_url
+        self._fetch = _SearchFetch()
 
     def probe_args(self) -> list[dict[str, Any]]:
         return [{"query": "navi"}]
 
-    async def execute(self, params: WebSearchParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: WebSearchParams, ctx: ToolContext) -> ToolResult:
         if not self.search_url:
             return ToolResult.fail("web search is not configured on this server "
                                    "(NAVI_SEARCH_URL is unset)")
@@ -251,27 +259,13 @@ class WebSearchTool(_WebTool):
                                         headers={"Accept": "application/json"})
         except ValidationError as exc:
             return ToolResult.fail(f"NAVI_SEARCH_URL is not a usable URL: {exc.errors()[0]['msg']}")
-        result = await super().execute(request, ctx)
+        result = await self._fetch.execute(request, ctx)
         meta = {**result.metadata, "query": params.query}
         if not result.success:
             return result.model_copy(update={"metadata": meta})
         results = meta.get("results", [])[:params.max_results]
         meta["results"] = results
         return result.model_copy(update={"output": render_results(results), "metadata": meta})
-
-    def job(self, params: HttpRequestParams) -> dict[str, Any]:  # type: ignore[override]
-        return {"method": "GET", "headers": params.headers, "body": None,
-                "max_body_bytes": MAX_BODY_BYTES, "max_chars": 0}
-
-    def answer(self, params: HttpRequestParams, reply: FetchAnswer,  # type: ignore[override]
-               meta: dict[str, Any]) -> ToolResult:
-        if not reply.ok:
-            return ToolResult.fail(f"the search service answered HTTP {reply.status}", **meta)
-        results = search_results(reply.body or "", MAX_RESULTS)
-        if results is None:
-            return ToolResult.fail("the search service's answer is not SearXNG JSON", **meta)
-        meta["results"] = results
-        return ToolResult.ok(render_results(results), **meta)
 
 
 def render_results(results: list[dict[str, str]]) -> str:

@@ -30,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
+from typing import Any
 
 REDIRECTS = (301, 302, 303, 307, 308)
 CHUNK = 64 * 1024
@@ -100,7 +101,7 @@ def _next_hop(url: str, status: int, location: str, method: str, body: bytes | N
     return urllib.parse.urlunsplit(parts._replace(fragment="")), method, body
 
 
-def fetch(job: dict) -> dict:
+def fetch(job: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     deadline = started + float(job["timeout_s"])
     url, method = job["url"], job["method"]
@@ -191,7 +192,7 @@ def decode(raw: bytes, headers: http.client.HTTPMessage) -> tuple[str, str, bool
         charset = found.group(1).decode("ascii") if found else None
     textual = ctype.startswith("text/") or any(t in ctype for t in TEXTUAL)
     try:
-        if charset is None or not codecs.lookup(charset)._is_text_encoding:  # type: ignore[attr-defined]
+        if charset is None or not codecs.lookup(charset)._is_text_encoding:
             charset = None
     except LookupError:
         charset = None
@@ -311,7 +312,7 @@ class _Text(HTMLParser):
         return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def html_to_text(page: str, base: str, max_chars: int) -> dict:
+def html_to_text(page: str, base: str, max_chars: int) -> dict[str, Any]:
     parser = _Text(base)
     parser.feed(page)
     parser.close()
@@ -323,7 +324,7 @@ def html_to_text(page: str, base: str, max_chars: int) -> dict:
             "links": parser.links, "cut": cut}
 
 
-def encode_fitting(answer: dict, limit: int) -> bytes:
+def encode_fitting(answer: dict[str, Any], limit: int) -> bytes:
     """The answer as UTF-8 JSON of at most `limit` bytes: the long text is cut to fit."""
     field = "body" if "body" in answer else "text"
     for _ in range(12):

@@ -6,9 +6,9 @@ characters, header names that are tokens and values without CR/LF/NUL (no header
 none of the headers the fetcher or the proxy own (hop-by-hop, `Proxy-*`, `Host`,
 `Content-Length`, `Accept-Encoding`), a text body of at most `MAX_BODY_BYTES`.
 
-`egress_problem(url, allowlist)` is the pre-check against the policy's grant: it uses the
-egress proxy's own name rules (`runtime.egress.EgressRules`), so a host the proxy would
-refuse is refused here, before a container is started.
+`egress_problem(url, allowlist)` is the policy engine's own check of a URL against the
+egress grant (`runtime.policy.egress_grant`, the proxy's name rules); the engine applies it
+to an `Action`'s `hosts`, so a host the proxy would refuse is denied before anything starts.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from runtime.egress import EgressRules
-from runtime.egress.rules import parse_ip
+from runtime.policy.egress_grant import host_refusal
 from runtime.tools.base import ToolParams
 
 MAX_URL_CHARS = 2048
@@ -83,16 +82,7 @@ def url_host_port(url: str) -> tuple[str, int]:
 
 def egress_problem(url: str, allowlist: list[str]) -> str | None:
     """Why the policy's egress grant does not cover `url`'s host, or None when it does."""
-    host, port = url_host_port(url)
-    if not allowlist:
-        return ("the policy grants this tool no egress (no hosts are allowed); an admin can "
-                "allow hosts under the profile's tools.<tool>.egress")
-    # The proxy checks ports itself (NAVI_EGRESS_PORTS); here only the name is at stake.
-    why = EgressRules(allowlist, ports=(port,)).check_name(host, port)
-    if why is None:
-        return None
-    shown = f"[{host}]" if parse_ip(host) is not None and ":" in host else host
-    return f"{shown} is not in the egress allowlist ({', '.join(allowlist)}): {why}"
+    return host_refusal(url_host_port(url)[0], allowlist)
 
 
 class WebParamsBase(ToolParams):

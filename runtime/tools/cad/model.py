@@ -100,7 +100,7 @@ def describe_mesh(stl_path: str, stl_bytes: int, compile_ms: int, mesh: MeshStat
     return "\n".join(lines)
 
 
-class Model3DTool(BuiltinTool):
+class Model3DTool(BuiltinTool[Model3DParams]):
     name = "model_3d"
     description = (
         "Compile OpenSCAD source into a 3D model in a sandbox: writes models/NAME.scad and "
@@ -111,7 +111,7 @@ class Model3DTool(BuiltinTool):
     Params = Model3DParams
     runs_in_sandbox: ClassVar[bool] = True
 
-    async def execute(self, params: Model3DParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: Model3DParams, ctx: ToolContext) -> ToolResult:
         scad = f"{MODELS_DIR}/{params.name}.scad"
         stl = f"{MODELS_DIR}/{params.name}.stl"
         request = {"op": "compile", "code": params.code, "source": scad, "output": stl,
@@ -138,7 +138,7 @@ class Model3DTool(BuiltinTool):
                              stl_bytes=stl_bytes)
 
 
-class ScadLintTool(BuiltinTool):
+class ScadLintTool(BuiltinTool[ScadLintParams]):
     name = "scad_lint"
     description = (
         "Check OpenSCAD source without building a mesh: syntax errors, unknown variables, "
@@ -148,7 +148,7 @@ class ScadLintTool(BuiltinTool):
     Params = ScadLintParams
     runs_in_sandbox: ClassVar[bool] = True
 
-    async def execute(self, params: ScadLintParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ScadLintParams, ctx: ToolContext) -> ToolResult:
         request = {"op": "lint", "code": params.code}
         outcome, reply = await run_cad(ctx, self.action(params.model_dump(), ctx), request)
         log = outcome.result.stderr.decode("utf-8", errors="replace")

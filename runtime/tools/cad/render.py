@@ -78,7 +78,7 @@ def output_paths(path: str, views: list[View]) -> list[str]:
     return [f"{RENDERS_DIR}/{stem[:64] or 'model'}_{view}.png" for view in views]
 
 
-class Render3DTool(BuiltinTool):
+class Render3DTool(BuiltinTool[Render3DParams]):
     name = "render_3d"
     description = (
         "Render an STL file of this session to PNG images (up to 3 views: isometric, front, "
@@ -89,7 +89,7 @@ class Render3DTool(BuiltinTool):
     Params = Render3DParams
     runs_in_sandbox: ClassVar[bool] = True
 
-    async def execute(self, params: Render3DParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: Render3DParams, ctx: ToolContext) -> ToolResult:
         views = list(params.views or DEFAULT_VIEWS)
         outputs = output_paths(params.path, views)
         request = {"op": "render", "path": params.path, "views": views, "outputs": outputs,
@@ -122,6 +122,8 @@ class Render3DTool(BuiltinTool):
 
 
 async def _read_png(ctx: ToolContext, path: str) -> tuple[ImageBlock | None, str]:
+    if ctx.workspace is None:
+        return None, "this call has no session workspace"
     try:
         data = await asyncio.to_thread(ctx.workspace.read_bytes, path, max_bytes=MAX_PNG_BYTES)
     except PayloadTooLarge:

@@ -8,7 +8,7 @@ from runtime.errors import NotFound
 from runtime.tools.base import BuiltinTool, NoParams, ToolContext, ToolResult
 
 
-class McpStatusTool(BuiltinTool):
+class McpStatusTool(BuiltinTool[NoParams]):
     name = "mcp_status"
     description = (
         "Show the MCP servers the policy offers: each one's state (ready or failed, with the "
@@ -17,7 +17,7 @@ class McpStatusTool(BuiltinTool):
     group = "group:meta"
     Params = NoParams
 
-    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         registry = ctx.registry
         if registry is None or registry.mcp is None:
             raise NotFound("no MCP catalog in this context")

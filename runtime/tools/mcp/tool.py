@@ -79,7 +79,7 @@ class McpTool(Tool):
             f"Server SHA-256 (image and command): `{self.server_hash}`\n"
         )
 
-    async def execute(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         invocation = Invocation(argv=call_argv(self.server, self.remote_name),
                                 stdin=json.dumps(params, ensure_ascii=False).encode())
         outcome = await run_sandboxed(ctx, self.action(params, ctx), invocation)

@@ -46,7 +46,7 @@ class WriteToolParams(ToolParams):
     )
 
 
-class WriteToolTool(BuiltinTool):
+class WriteToolTool(BuiltinTool[WriteToolParams]):
     name = "write_tool"
     description = (
         "Create or replace one of your own tools. " + TEMPLATE_HINT
@@ -59,7 +59,7 @@ class WriteToolTool(BuiltinTool):
     def __init__(self, catalogs: UserToolCatalogs) -> None:
         self.catalogs = catalogs
 
-    async def execute(self, params: WriteToolParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: WriteToolParams, ctx: ToolContext) -> ToolResult:
         store = self.catalogs.store
         reserved = set(store.reserved)
         if ctx.registry is not None:
@@ -87,7 +87,7 @@ class ToolTestParams(ToolParams):
     )
 
 
-class ToolTestTool(BuiltinTool):
+class ToolTestTool(BuiltinTool[ToolTestParams]):
     name = "test_tool"
     description = (
         "Run one of your tools once in the sandbox with the given params, as stored now "
@@ -99,7 +99,7 @@ class ToolTestTool(BuiltinTool):
     def __init__(self, catalogs: UserToolCatalogs) -> None:
         self.catalogs = catalogs
 
-    async def execute(self, params: ToolTestParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: ToolTestParams, ctx: ToolContext) -> ToolResult:
         store = self.catalogs.store
         try:
             loaded = await asyncio.to_thread(store.load, ctx.tenant, params.name)
@@ -118,7 +118,7 @@ class ToolTestTool(BuiltinTool):
         return await run_user_tool(loaded, store, args, ctx, action)
 
 
-class ReloadToolsTool(BuiltinTool):
+class ReloadToolsTool(BuiltinTool[NoParams]):
     name = "reload_tools"
     description = "Reload your user tools from disk; lists what loaded and what failed."
     group = "group:meta"
@@ -127,7 +127,7 @@ class ReloadToolsTool(BuiltinTool):
     def __init__(self, catalogs: UserToolCatalogs) -> None:
         self.catalogs = catalogs
 
-    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         await record_change(ctx, "tool.reload", "*")
         catalog = await self.catalogs.reload(ctx.tenant)
         enabled = sorted(t.descriptor.name for t in catalog.enabled())
@@ -147,7 +147,7 @@ class DeleteToolParams(ToolParams):
     name: str = Field(pattern=TOOL_NAME_PATTERN, description="the user tool to delete")
 
 
-class DeleteToolTool(BuiltinTool):
+class DeleteToolTool(BuiltinTool[DeleteToolParams]):
     name = "delete_tool"
     description = "Delete one of your own tools (shipped tools cannot be deleted)."
     group = "group:meta"
@@ -156,7 +156,7 @@ class DeleteToolTool(BuiltinTool):
     def __init__(self, catalogs: UserToolCatalogs) -> None:
         self.catalogs = catalogs
 
-    async def execute(self, params: DeleteToolParams, ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: DeleteToolParams, ctx: ToolContext) -> ToolResult:
         await record_change(ctx, "tool.delete", params.name, tool=params.name)
         await asyncio.to_thread(self.catalogs.store.delete, ctx.tenant, params.name)
         await self.catalogs.drop(ctx.tenant, params.name)

@@ -104,7 +104,7 @@ class UserTool(Tool):
             tool_hash=self.sha256,
         )
 
-    async def execute(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:  # type: ignore[override]
+    async def execute(self, params: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await run_user_tool(self.loaded, self.store, params, ctx, self.action(params, ctx))
 
 
