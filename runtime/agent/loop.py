@@ -23,6 +23,7 @@ from typing import Any
 
 from runtime.agent.caps import ANSWER_TEXT, STORED_THINKING, clip
 from runtime.agent.context import ContextBuilder
+from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore
 from runtime.agent.llm.types import (
@@ -65,7 +66,7 @@ class Answer:
 
 @dataclass
 class TurnSetup:
-    services: Any
+    services: AgentDeps
     backend: LLMBackend
     history: MessageStore
     profile: AgentProfile

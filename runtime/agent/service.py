@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import secrets
 from dataclasses import dataclass
-from typing import Any
 
+from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore, StoredMessage
 from runtime.agent.llm import LLMBackend, build_backend
@@ -59,7 +59,7 @@ class AgentService:
         turn = self._turns.get(session_id)
         return turn.turn_id if turn is not None else None
 
-    async def start_turn(self, services: Any, subject: Subject, content: str) -> str:
+    async def start_turn(self, services: AgentDeps, subject: Subject, content: str) -> str:
         """Store the user's message and start the loop; returns the turn id."""
         session = subject.session
         if session in self._turns:
@@ -101,7 +101,7 @@ class AgentService:
         if current is not None and current.turn_id == turn_id:
             self._turns.pop(session, None)
 
-    async def cancel(self, session_id: str, services: Any = None) -> str | None:
+    async def cancel(self, session_id: str, services: AgentDeps | None = None) -> str | None:
         """Cancel the session's running turn; returns its id (None: nothing was running)."""
         running = self._turns.get(session_id)
         if running is None or running.task is None:
@@ -114,7 +114,7 @@ class AgentService:
         log.info("turn_cancelled", turn=running.turn_id, session=session_id)
         return running.turn_id
 
-    async def history(self, services: Any, session_id: str, *, after: int = 0,
+    async def history(self, services: AgentDeps, session_id: str, *, after: int = 0,
                       limit: int = 1000) -> list[StoredMessage]:
         return await MessageStore(services.store).list(session_id, after=after, limit=limit)
 

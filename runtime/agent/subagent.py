@@ -17,6 +17,7 @@ import builtins
 import time
 from typing import Any
 
+from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageRole, MessageStore, StoredMessage
 from runtime.agent.loop import Turn, TurnSetup
@@ -59,18 +60,20 @@ class SubAgents:
     """Bound to the app's services once they exist (`services`)."""
 
     def __init__(self) -> None:
-        self.services: Any = None
+        self.services: AgentDeps | None = None
 
-    async def _offered(self, subject: Subject, profile: AgentProfile) -> set[str]:
-        specs = await self.services.tools.registry.specs(subject)
+    @staticmethod
+    async def _offered(services: AgentDeps, subject: Subject, profile: AgentProfile
+                       ) -> set[str]:
+        specs = await services.tools.registry.specs(subject)
         return {t.name for t in specs if profile.offers(t.name, t.group)}
 
     async def run(self, parent: Subject, task: str, profile: str | None,
                   parent_turn: str | None, parent_call: str | None) -> tuple[str, str, str]:
         """(stop reason, answer, the sub-agent's turn id); `InvalidInput` when refused."""
         services = self.services
-        agent = getattr(services, "agent", None) if services is not None else None
-        if agent is None:
+        agent = services.agent if services is not None else None
+        if services is None or agent is None:
             raise NotFound("sub-agents are not available here (no agent service)")
         if parent.agent_depth >= MAX_DEPTH:
             raise InvalidInput(f"a sub-agent may not spawn another here: at most {MAX_DEPTH} "
@@ -84,9 +87,9 @@ class SubAgents:
         child = parent.model_copy(update={
             "profile": name, "agent_depth": parent.agent_depth + 1,
             "parent_turn": parent_turn or parent.parent_turn})
-        mine = await self._offered(parent, agent.profiles.get(parent.profile))
+        mine = await self._offered(services, parent, agent.profiles.get(parent.profile))
         child_profile = agent.profiles.get(name)
-        theirs = await self._offered(child, child_profile)
+        theirs = await self._offered(services, child, child_profile)
         if not theirs <= mine:
             extra = ", ".join(sorted(theirs - mine))
             raise InvalidInput(f"profile {name!r} is wider than this agent's "

@@ -10,22 +10,28 @@ import asyncio
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.approvals import ApprovalBroker
 from runtime.audit.store import AuditLog
 from runtime.calls import SessionToolCall
 from runtime.config import Settings
+from runtime.errors import NotFound
 from runtime.events import ApprovalRequired, EventHub, SessionEventBus
-from runtime.executor import Approver
+from runtime.executor import Approver, Executor
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
 from runtime.store import SessionRecord, Store
+from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
+
+if TYPE_CHECKING:
+    from runtime.agent.service import AgentService
+    from runtime.store.secrets import SecretStore
 
 log = get_logger(__name__)
 
@@ -48,18 +54,28 @@ class Services:
     audit: AuditLog
     policy: PolicyEngine
     backend: SandboxBackend
-    executor: Any
-    tools: Any
+    executor: Executor
+    tools: ToolServices
     workspaces: Workspaces
     hub: EventHub = field(default_factory=EventHub)
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     metrics: Metrics = field(default_factory=Metrics)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
-    agent: Any = None  # runtime.agent.AgentService (the agent loop's turns)
-    secrets: Any = None  # runtime.store.secrets.SecretStore (tenants' secrets for tools)
+    agent: AgentService | None = None  # the agent loop's turns
+    secrets: SecretStore | None = None  # tenants' secrets for tools
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def agent_loop(self) -> AgentService:
+        if self.agent is None:
+            raise NotFound("the agent loop does not run on this server")
+        return self.agent
+
+    def secret_store(self) -> SecretStore:
+        if self.secrets is None:
+            raise NotFound("secrets are not kept on this server")
+        return self.secrets
 
     async def tenant_name(self, tenant_id: str) -> str:
         name = self._tenant_names.get(tenant_id)

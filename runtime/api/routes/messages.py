@@ -54,7 +54,7 @@ async def post_message(session_id: str, body: MessageBody, request: Request,
     subject = await subject_for(services, principal, record)
     if "\x00" in body.content:
         body = MessageBody(content=body.content.replace("\x00", ""))
-    turn_id = await services.agent.start_turn(services, subject, body.content)
+    turn_id = await services.agent_loop().start_turn(services, subject, body.content)
     return TurnOut(turn_id=turn_id, session=record.id)
 
 
@@ -66,7 +66,7 @@ async def list_messages(
 ) -> list[MessageOut]:
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
-    rows = await services.agent.history(services, record.id, after=after, limit=limit)
+    rows = await services.agent_loop().history(services, record.id, after=after, limit=limit)
     return [MessageOut(**row.model_dump()) for row in rows]
 
 
@@ -75,7 +75,7 @@ async def running_turn(session_id: str, request: Request, principal: SessionUser
     """The turn running now (a client that reconnects); 404 when none runs."""
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
-    turn_id = services.agent.running(record.id)
+    turn_id = services.agent_loop().running(record.id)
     if turn_id is None:
         raise NotFound("no turn is running in this session")
     return TurnOut(turn_id=turn_id, session=record.id)
@@ -86,7 +86,7 @@ async def cancel_turn(session_id: str, request: Request, principal: SessionUser)
     """Cancel the running turn: its container is killed; 404 when no turn runs."""
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
-    turn_id = await services.agent.cancel(record.id, services)
+    turn_id = await services.agent_loop().cancel(record.id, services)
     if turn_id is None:
         raise NotFound("no turn is running in this session")
     return CancelOut(turn_id=turn_id, cancelled=True)

@@ -45,7 +45,7 @@ async def set_secret(tenant_id: str, name: str, body: SecretBody, request: Reque
     services = get_services(request)
     await services.executor.record_action(actor(principal, tenant_id), "secret.set", name,
                                           rule=rule)
-    await services.secrets.set(tenant_id, name, body.value)
+    await services.secret_store().set(tenant_id, name, body.value)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -53,7 +53,7 @@ async def set_secret(tenant_id: str, name: str, body: SecretBody, request: Reque
 async def list_secrets(tenant_id: str, request: Request, principal: TenantManager
                        ) -> list[SecretInfo]:
     await _tenant(request, principal, tenant_id)
-    return [SecretInfo(**s) for s in await get_services(request).secrets.names(tenant_id)]
+    return [SecretInfo(**s) for s in await get_services(request).secret_store().names(tenant_id)]
 
 
 @router.delete("/{tenant_id}/secrets/{name}", status_code=status.HTTP_204_NO_CONTENT)
@@ -62,9 +62,9 @@ async def delete_secret(tenant_id: str, name: str, request: Request,
     rule = await _tenant(request, principal, tenant_id)
     check_secret_name(name)
     services = get_services(request)
-    if name not in {s["name"] for s in await services.secrets.names(tenant_id)}:
+    if name not in {s["name"] for s in await services.secret_store().names(tenant_id)}:
         raise NotFound(f"no secret named {name!r}")
     await services.executor.record_action(actor(principal, tenant_id), "secret.delete",
                                           name, rule=rule)
-    await services.secrets.delete(tenant_id, name)
+    await services.secret_store().delete(tenant_id, name)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
