@@ -30,9 +30,9 @@ from typing import Any
 import typer
 
 from bench.exec_bench import COMMAND, RESULTS_DIR, summarize
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
-from runtime.sandbox.warm_pool import WarmPoolConfig
 from runtime.workspace import Workspaces
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
 from runtime.workspace.mount_table import release_all_under

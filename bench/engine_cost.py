@@ -19,8 +19,8 @@ from typing import Any
 
 import docker
 
-from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH, load_profile
-from runtime.sandbox.spec import ContainerSpec
+from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH, load_profile
+from runtime.sandbox.docker.spec import ContainerSpec
 
 LABEL = {"navi.bench": "engine_cost"}
 VARIANTS = ("full", "no seccomp", "no init", "no limits", "no tmpfs", "bare")

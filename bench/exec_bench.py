@@ -39,10 +39,10 @@ from typing import Any
 from bench.exec_api import api_latencies
 from bench.exec_memory import idle_memory
 from runtime.config import PROJECT_ROOT
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
-from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH
-from runtime.sandbox.warm_pool import WarmPoolConfig
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 COMMAND = ["python3", "-I", "-c", "print(1)"]  # what code_exec runs for python

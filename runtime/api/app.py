@@ -46,8 +46,8 @@ from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
-from runtime.sandbox.docker_backend import DockerBackend
-from runtime.sandbox.images import image_ref
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.instance import load_instance_id
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore

@@ -17,8 +17,8 @@ import typer
 
 from runtime.config import Settings
 from runtime.logging import configure_logging
-from runtime.sandbox.docker_backend import DockerBackend
-from runtime.sandbox.selfcheck import Check, run_checks
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.selfcheck import Check, run_checks
 
 
 async def _run(settings: Settings, images: list[str]) -> list[Check]:

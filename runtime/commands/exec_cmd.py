@@ -65,7 +65,7 @@ def _exit_code(outcome: ExecOutcome) -> int:
 
 
 def _backend(settings: Settings, workspace: Path | None) -> SandboxBackend:
-    from runtime.sandbox.docker_backend import DockerBackend
+    from runtime.sandbox.docker.backend import DockerBackend
 
     if workspace is None:
         return DockerBackend.from_settings(settings)

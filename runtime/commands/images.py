@@ -14,7 +14,7 @@ import typer
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import configure_logging
-from runtime.sandbox.images import build_images, connect, list_images
+from runtime.sandbox.docker.images import build_images, connect, list_images
 
 app = typer.Typer(help="Build and list the sandbox images.", no_args_is_help=True)
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
-from runtime.sandbox.warm_pool import WarmPoolConfig
 from tests.docker.sandbox_fixtures import (  # noqa: F401 - engine fixtures, used by name
     backend,
     docker_api,

@@ -21,8 +21,8 @@ from typing import Any
 import docker
 import pytest
 
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.hostmounts import mount_options
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.hostmounts import mount_options
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
 
 DEFAULT_IMAGE = "navi/python:latest"

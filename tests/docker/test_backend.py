@@ -15,7 +15,7 @@ import pytest
 
 from runtime.errors import EngineUnavailable, ImageMissing
 from runtime.sandbox.backend import stream_run
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits, OutputChunk
 from tests.docker.sandbox_fixtures import RunFn, py
 

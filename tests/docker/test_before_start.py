@@ -12,9 +12,9 @@ import docker
 import pytest
 
 from runtime.errors import AuditUnavailable
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
-from runtime.sandbox.warm_pool import WarmPoolConfig
 from tests.docker.sandbox_fixtures import py
 from tests.docker.warm_fixtures import wait_ready
 

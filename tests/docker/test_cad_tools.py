@@ -26,8 +26,8 @@ from runtime.audit import AuditLog
 from runtime.config import PROJECT_ROOT
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.images import image_ref
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.images import image_ref
 from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.workspace import Workspaces

@@ -25,7 +25,7 @@ from runtime.audit import AuditLog
 from runtime.egress import EgressConfig
 from runtime.executor import Executor, Invocation
 from runtime.policy import Action, PolicyEngine, Subject, parse_policy
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
 from tests.docker.sandbox_fixtures import sweep
 from tests.fakes.resolver import LoopbackOnlyResolver

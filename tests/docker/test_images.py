@@ -13,8 +13,14 @@ import pytest
 
 from runtime.config import Settings
 from runtime.errors import ImageBuildError
-from runtime.sandbox.image_spec import IMAGES_DIR, content_hash, load_spec
-from runtime.sandbox.images import LABEL_HASH, LABEL_NAME, build_images, image_ref, list_images
+from runtime.sandbox.docker.image_spec import IMAGES_DIR, content_hash, load_spec
+from runtime.sandbox.docker.images import (
+    LABEL_HASH,
+    LABEL_NAME,
+    build_images,
+    image_ref,
+    list_images,
+)
 
 pytestmark = pytest.mark.docker
 

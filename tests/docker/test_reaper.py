@@ -14,7 +14,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from tests.docker.sandbox_fixtures import sweep
 
 pytestmark = pytest.mark.docker
@@ -88,7 +88,7 @@ async def test_periodic_reaper_sweeps(
 
 CHILD = """
 import asyncio, sys
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.models import ExecRequest, Limits
 
 async def main():

@@ -9,9 +9,9 @@ import docker
 import pytest
 
 from runtime.errors import RuntimeUnavailable
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.warm_pool import warm_key
 from runtime.sandbox.models import ExecRequest, Limits
-from runtime.sandbox.warm_pool import warm_key
 from tests.docker.sandbox_fixtures import RunFn, py
 
 pytestmark = pytest.mark.docker

@@ -20,8 +20,8 @@ from runtime.audit import AuditLog
 from runtime.config import PROJECT_ROOT
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject, parse_policy
-from runtime.sandbox.docker_backend import DockerBackend
-from runtime.sandbox.images import image_ref
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.images import image_ref
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.tools import ToolContext, ToolServices, build_tools

@@ -17,8 +17,8 @@ from runtime.config import PROJECT_ROOT
 from runtime.errors import NotFound
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.images import image_ref
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.models import OutputChunk
 from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools

@@ -24,7 +24,7 @@ from runtime.egress import EgressConfig
 from runtime.errors import PolicyDenied
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject, parse_policy
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.tools import ToolContext, ToolResult
 from runtime.tools.builtin import HttpRequestTool, WebViewTool
 from runtime.tools.registry import ToolRegistry

@@ -16,10 +16,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.spec import LABEL_LEASE
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import Limits, OutputChunk
-from runtime.sandbox.spec import LABEL_LEASE
-from runtime.sandbox.warm_pool import WarmPoolConfig
 from tests.docker.sandbox_fixtures import RunFn, py, sweep
 from tests.docker.warm_fixtures import wait_ready
 
@@ -185,9 +185,9 @@ KILLED_SUPERVISOR = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+    from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
     from runtime.sandbox.models import ExecRequest
-    from runtime.sandbox.warm_pool import WarmPoolConfig
+    from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 
     async def main():
         data, image, instance = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -18,7 +18,7 @@ from runtime.audit import AuditLog
 from runtime.errors import PolicyDenied
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject, parse_policy
-from runtime.sandbox.docker_backend import DockerBackend
+from runtime.sandbox.docker.backend import DockerBackend
 from runtime.tools import ToolContext
 from runtime.tools.builtin import WebSearchTool
 from runtime.tools.builtin.web import search_results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from runtime.sandbox.docker_backend import DockerBackend
+from runtime.sandbox.docker.backend import DockerBackend
 
 
 async def wait_ready(backend: DockerBackend, session: str, count: int = 1) -> None:

@@ -25,9 +25,9 @@ import docker
 import pytest
 
 from runtime.errors import InvalidInput
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import ExecResult, Limits, Mount
-from runtime.sandbox.warm_pool import WarmPoolConfig
 from tests.docker.sandbox_fixtures import RunFn, py
 from tests.docker.warm_fixtures import wait_ready
 

@@ -23,9 +23,9 @@ from runtime.config import PROJECT_ROOT
 from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
 from runtime.policy.decision import Action, Decision
-from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.images import image_ref
-from runtime.sandbox.warm_pool import WarmPoolConfig
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.images import image_ref
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.base import ToolResult

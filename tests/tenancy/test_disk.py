@@ -229,7 +229,7 @@ async def test_session_disks_stay_visible_when_the_engine_comes_up_later(
     """The backend makes the workspaces root nosuid,nodev with a bind mount of itself when it
     starts; if that happens after session disks were mounted (the engine was down at start),
     a plain bind hid them ("mount source does not exist"). Red with `mount --bind`."""
-    from runtime.sandbox.docker_backend import DockerBackend, DockerBackendConfig
+    from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
     from runtime.sandbox.models import ExecRequest, Limits
     from runtime.workspace import Workspaces
     from runtime.workspace.disk import SessionDisks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from runtime.sandbox.attach import DaemonThreads
+from runtime.sandbox.docker.attach import DaemonThreads
 
 
 def _run(pool: DaemonThreads, fn) -> threading.Event:  # noqa: ANN001

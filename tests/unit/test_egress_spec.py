@@ -11,8 +11,8 @@ from pydantic import ValidationError
 
 from runtime.egress import CONTAINER_SOCKET, ENTRY
 from runtime.errors import InvalidInput
+from runtime.sandbox.docker.spec import ContainerSpec, build_spec
 from runtime.sandbox.models import ExecRequest, Mount
-from runtime.sandbox.spec import ContainerSpec, build_spec
 
 
 @pytest.fixture

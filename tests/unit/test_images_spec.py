@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.sandbox.image_inputs import host_mirrors, mmdebstrap_command
-from runtime.sandbox.image_progress import Progress
-from runtime.sandbox.image_spec import (
+from runtime.sandbox.docker.image_inputs import host_mirrors, mmdebstrap_command
+from runtime.sandbox.docker.image_progress import Progress
+from runtime.sandbox.docker.image_spec import (
     IMAGES_DIR,
     base_hash,
     content_hash,
@@ -18,7 +18,7 @@ from runtime.sandbox.image_spec import (
     discover,
     load_spec,
 )
-from runtime.sandbox.images import build_images, image_ref
+from runtime.sandbox.docker.images import build_images, image_ref
 
 
 @pytest.fixture

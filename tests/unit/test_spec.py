@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from runtime.errors import InvalidInput
+from runtime.sandbox.docker.spec import ContainerSpec, build_spec
 from runtime.sandbox.models import ExecRequest, Limits, Mount
-from runtime.sandbox.spec import ContainerSpec, build_spec
 
 PROFILE = '{"defaultAction":"SCMP_ACT_ERRNO"}'
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.sandbox.capture import StreamCapture
-from runtime.sandbox.hostmounts import mount_options
-from runtime.sandbox.instance import load_instance_id
-from runtime.sandbox.seccomp import (
+from runtime.sandbox.docker.capture import StreamCapture
+from runtime.sandbox.docker.hostmounts import mount_options
+from runtime.sandbox.docker.seccomp import (
     DEFAULT_PROFILE_PATH,
     DENIED_SYSCALLS,
     allowed_syscalls,
     derive_profile,
     load_profile,
 )
+from runtime.sandbox.instance import load_instance_id
 
 
 def test_shipped_profile_denies_what_we_promise() -> None:

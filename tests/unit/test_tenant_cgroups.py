@@ -3,7 +3,7 @@ OOM count there; a wrong path costs every warm call a wait for the engine's exit
 
 from __future__ import annotations
 
-from runtime.sandbox.warm_stream import cgroup_dirs
+from runtime.sandbox.docker.warm_stream import cgroup_dirs
 
 
 def test_engine_defaults_without_a_parent() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from runtime.sandbox.spec import ContainerSpec
-from runtime.sandbox.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
+from runtime.sandbox.docker.spec import ContainerSpec
+from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
 
 
 def _spec(session: str, tenant: str) -> ContainerSpec:

@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.sandbox.capture import StreamCapture
-from runtime.sandbox.warm_stream import TrailerCapture, Trailers
+from runtime.sandbox.docker.capture import StreamCapture
+from runtime.sandbox.docker.warm_stream import TrailerCapture, Trailers
 
 NONCE = "0123456789abcdef0123456789abcdef"
 

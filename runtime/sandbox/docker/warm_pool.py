@@ -39,7 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.logging import get_logger
-from runtime.sandbox.spec import LABEL_EXEC_ID, LABEL_LEASE, ContainerSpec
+from runtime.sandbox.docker.spec import LABEL_EXEC_ID, LABEL_LEASE, ContainerSpec
 
 log = get_logger(__name__)
 

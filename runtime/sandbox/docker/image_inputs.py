@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from runtime.errors import ConfigError, ImageBuildError
-from runtime.sandbox.image_spec import DEBIAN_SUITE, MMDEBSTRAP_OPTIONS, ImageSpec
+from runtime.sandbox.docker.image_spec import DEBIAN_SUITE, MMDEBSTRAP_OPTIONS, ImageSpec
 
 IMAGE_PYTHON_VERSION = "3.11"
 """The python3 of Debian bookworm: wheels are chosen for it, not for the host's Python."""

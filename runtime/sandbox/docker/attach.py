@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from runtime.logging import get_logger
-from runtime.sandbox.capture import StreamCapture, StreamName
+from runtime.sandbox.docker.capture import StreamCapture, StreamName
 
 log = get_logger(__name__)
 

@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.sandbox.capture import StreamCapture
-from runtime.sandbox.warm_runner import END
+from runtime.sandbox.docker.capture import StreamCapture
+from runtime.sandbox.docker.warm_runner import END
 
 MAX_CODE = 12  # "-NN" or "NNN" and the newline, with room
 

@@ -16,10 +16,9 @@ from typing import Any, TypeVar
 from docker import APIClient
 
 from runtime.errors import SandboxError
-from runtime.sandbox import attach
-from runtime.sandbox.docker_errors import map_docker_errors
-from runtime.sandbox.models import ExecRequest
-from runtime.sandbox.spec import (
+from runtime.sandbox.docker import attach
+from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.spec import (
     LABEL_EXEC_ID,
     LABEL_LEASE,
     LABEL_SESSION,
@@ -27,9 +26,10 @@ from runtime.sandbox.spec import (
     ContainerSpec,
     relayed,
 )
-from runtime.sandbox.warm_pool import WarmContainer
-from runtime.sandbox.warm_runner import READY, RUNNER_ARGV
-from runtime.sandbox.warm_stream import Trailers, oom_kills
+from runtime.sandbox.docker.warm_pool import WarmContainer
+from runtime.sandbox.docker.warm_runner import READY, RUNNER_ARGV
+from runtime.sandbox.docker.warm_stream import Trailers, oom_kills
+from runtime.sandbox.models import ExecRequest
 
 T = TypeVar("T")
 

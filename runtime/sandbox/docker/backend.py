@@ -54,23 +54,23 @@ from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
 from runtime.errors import EngineUnavailable, RuntimeUnavailable, SandboxError
 from runtime.logging import get_logger
-from runtime.sandbox import attach
 from runtime.sandbox.backend import OutputCallback
-from runtime.sandbox.capture import StreamCapture, StreamName
-from runtime.sandbox.docker_errors import map_docker_errors
-from runtime.sandbox.hostmounts import HardenState, ensure_nosuid_nodev, release_nosuid_nodev
-from runtime.sandbox.instance import load_instance_id
-from runtime.sandbox.models import ExecRequest, ExecResult, MiB, OutputChunk
-from runtime.sandbox.reaper import Reaper
-from runtime.sandbox.seccomp import DEFAULT_PROFILE_PATH, load_profile
-from runtime.sandbox.spec import (
+from runtime.sandbox.docker import attach
+from runtime.sandbox.docker.capture import StreamCapture, StreamName
+from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.hostmounts import HardenState, ensure_nosuid_nodev, release_nosuid_nodev
+from runtime.sandbox.docker.reaper import Reaper
+from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH, load_profile
+from runtime.sandbox.docker.spec import (
     ContainerSpec,
     build_spec,
 )
-from runtime.sandbox.warm_launch import WarmLaunchMixin
-from runtime.sandbox.warm_pool import WarmPool, WarmPoolConfig, warm_key
-from runtime.sandbox.warm_runner import job_frame
-from runtime.sandbox.warm_stream import TrailerCapture, Trailers
+from runtime.sandbox.docker.warm_launch import WarmLaunchMixin
+from runtime.sandbox.docker.warm_pool import WarmPool, WarmPoolConfig, warm_key
+from runtime.sandbox.docker.warm_runner import job_frame
+from runtime.sandbox.docker.warm_stream import TrailerCapture, Trailers
+from runtime.sandbox.instance import load_instance_id
+from runtime.sandbox.models import ExecRequest, ExecResult, MiB, OutputChunk
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -16,10 +16,10 @@ import uuid
 from dataclasses import dataclass
 
 from runtime.errors import NaviError
-from runtime.sandbox.docker_backend import DockerBackend
-from runtime.sandbox.docker_errors import map_docker_errors
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.seccomp import load_profile
 from runtime.sandbox.models import ExecRequest, Limits
-from runtime.sandbox.seccomp import load_profile
 
 PROBE_LIMITS = Limits(timeout_s=30, memory_mb=128, pids=64, tmp_mb=8, output_bytes=64 * 1024)
 

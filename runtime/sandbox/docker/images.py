@@ -33,10 +33,10 @@ from runtime import __version__
 from runtime.config import PROJECT_ROOT, Settings
 from runtime.errors import ConfigError, EngineUnavailable, ImageBuildError
 from runtime.logging import get_logger
-from runtime.sandbox.docker_errors import map_docker_errors
-from runtime.sandbox.image_inputs import download_wheels, make_rootfs
-from runtime.sandbox.image_progress import Progress, ProgressSink
-from runtime.sandbox.image_spec import (
+from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.image_inputs import download_wheels, make_rootfs
+from runtime.sandbox.docker.image_progress import Progress, ProgressSink
+from runtime.sandbox.docker.image_spec import (
     IMAGES_DIR,
     ImageSpec,
     base_hash,

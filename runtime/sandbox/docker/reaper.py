@@ -26,8 +26,8 @@ import docker.errors
 from docker import APIClient
 
 from runtime.logging import get_logger
-from runtime.sandbox.docker_errors import map_docker_errors
-from runtime.sandbox.spec import LABEL_EXEC_ID, LABEL_INSTANCE, LABEL_LEASE
+from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.spec import LABEL_EXEC_ID, LABEL_INSTANCE, LABEL_LEASE
 
 T = TypeVar("T")
 
