@@ -1,0 +1,122 @@
+"""How a call's container comes to run: two strategies over one ``DockerEngine``.
+
+- **cold**: create (the call's ``ContainerSpec``) → [the caller's ``before_start``] →
+  attach → start. ``stdin`` is the call's.
+- **warm**: a container the pool launched earlier (``WarmLauncher.launch``: the same spec
+  with the runner as argv, created → attached → started → the runner's ready frame read) is
+  taken → [``before_start``]; the job goes to the runner as a frame before ``stdin``, and the
+  call ends at the runner's end trailers.
+
+Either way the result is a ``Started`` for ``drive.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from typing import Any
+
+from runtime.errors import SandboxError
+from runtime.sandbox.docker import attach
+from runtime.sandbox.docker.drive import Started
+from runtime.sandbox.docker.engine import DockerEngine
+from runtime.sandbox.docker.spec import (
+    LABEL_EXEC_ID,
+    LABEL_LEASE,
+    LABEL_SESSION,
+    LABEL_TENANT,
+    ContainerSpec,
+    relayed,
+)
+from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPoolConfig
+from runtime.sandbox.docker.warm_runner import READY, RUNNER_ARGV, job_frame
+from runtime.sandbox.docker.warm_stream import Trailers
+from runtime.sandbox.models import ExecRequest
+
+
+async def start_cold(engine: DockerEngine, container: str, stdin: bytes) -> Started:
+    """Attach, then start, a created container (attached first: no output is missed)."""
+    attached = await engine.acquire(attach.shutdown, engine.attach, container)
+    try:
+        await engine.call(engine.start, container)
+    except BaseException:
+        attach.shutdown(attached)
+        raise
+    return Started(container=container, attached=attached, stdin=stdin)
+
+
+def start_warm(warm: WarmContainer, request: ExecRequest) -> Started:
+    """The job for a taken warm container's runner: argv in a frame, then stdin."""
+    nonce = os.urandom(16).hex()
+    sock = attach.raw_socket(warm.attached)
+
+    def ended() -> None:  # both trailers seen: the job is over, stop reading
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return Started(container=warm.id, attached=warm.attached,
+                   stdin=job_frame(request.argv, nonce) + request.stdin,
+                   trailers=Trailers(nonce, ended))
+
+
+class WarmLauncher:
+    """Launches and discards the pool's containers (the pool is ``warm_pool.py``)."""
+
+    def __init__(self, engine: DockerEngine, config: WarmPoolConfig, lease_grace_s: float
+                 ) -> None:
+        self.engine = engine
+        self.config = config
+        self.lease_grace_s = lease_grace_s
+
+    def spec_for(self, spec: ContainerSpec, request: ExecRequest) -> ContainerSpec:
+        """The call's own spec, running the runner, with a lease covering idle + call."""
+        lease = (time.time() + self.config.ready_timeout_s + self.config.idle_s
+                 + request.limits.timeout_s)
+        labels = {
+            **spec.labels,
+            LABEL_EXEC_ID: f"warm-{os.urandom(6).hex()}",
+            LABEL_LEASE: str(int(lease + self.lease_grace_s) + 1),
+        }
+        return spec.model_copy(update={"argv": relayed(spec.argv, RUNNER_ARGV),
+                                       "labels": labels})
+
+    async def launch(self, spec: ContainerSpec, key: str) -> WarmContainer:
+        engine = self.engine
+        container = await engine.acquire(engine.remove, engine.create, spec)
+        try:
+            attached = await engine.acquire(attach.shutdown, self._start_ready, container)
+        except BaseException:
+            await asyncio.shield(engine.call(engine.remove, container))
+            raise
+        return WarmContainer(id=container, key=key, session=spec.labels[LABEL_SESSION],
+                             tenant=spec.labels[LABEL_TENANT], image_id=spec.image,
+                             attached=attached)
+
+    async def discard(self, warm: WarmContainer) -> None:
+        attach.shutdown(warm.attached)
+        await self.engine.call(self.engine.remove, warm.id)
+
+    def _start_ready(self, container: str) -> Any:
+        """Attach, start, and wait for the runner's ready frame; returns the attach socket."""
+        attached = self.engine.attach(container)
+        try:
+            sock = attach.raw_socket(attached)
+            self.engine.start(container)
+            sock.settimeout(self.config.ready_timeout_s)
+            want = bytes([attach.STDOUT, 0, 0, 0]) + len(READY).to_bytes(4, "big") + READY
+            got = b""
+            try:
+                while len(got) < len(want) and (piece := sock.recv(len(want) - len(got))):
+                    got += piece
+            except OSError as exc:
+                raise SandboxError(f"the warm runner did not start: {exc}") from exc
+            if got != want:
+                raise SandboxError(f"the warm runner did not report ready (got {got[:32]!r})")
+            sock.settimeout(None)
+        except BaseException:
+            attach.shutdown(attached)
+            raise
+        return attached
