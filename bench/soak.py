@@ -282,9 +282,13 @@ class Soak:
             sampler = threading.Thread(target=self._sampler, daemon=True)
             sampler.start()
             with ThreadPoolExecutor(self.clients) as pool:
-                for f in [pool.submit(self._client, w, tokens[w % len(tokens)])
-                          for w in range(self.clients)]:
-                    f.result()
+                try:
+                    for f in [pool.submit(self._client, w, tokens[w % len(tokens)])
+                              for w in range(self.clients)]:
+                        f.result()
+                except BaseException:  # Ctrl-C: the clients stop, then the server
+                    self._stop.set()
+                    raise
             self._stop.set()
             sampler.join()
             duration = time.monotonic() - self.t0
