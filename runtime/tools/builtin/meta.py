@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from runtime.errors import NotFound
@@ -14,8 +16,11 @@ from runtime.tools.base import (
     ToolResult,
 )
 
+if TYPE_CHECKING:
+    from runtime.tools.registry import ToolRegistry
 
-def _registry(ctx: ToolContext):  # type: ignore[no-untyped-def]
+
+def _registry(ctx: ToolContext) -> ToolRegistry:
     if ctx.registry is None:
         raise NotFound("no tool registry in this context")
     return ctx.registry
