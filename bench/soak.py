@@ -87,7 +87,7 @@ def _proc_status(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
             key, _, value = line.partition(":")
-            if key in ("VmRSS", "Threads"):
+            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "Threads"):
                 out[key] = int(value.split()[0])
     return out
 
@@ -170,6 +170,9 @@ class Soak:
         status = _proc_status(pid)
         return {"t": round(time.monotonic() - self.t0, 2), "calls": self._count,
                 "rss_mib": round(status["VmRSS"] / 1024, 1), "threads": status["Threads"],
+                # where RSS lives: the heaps (anon), mapped files (SQLite), shared memory
+                **{f"rss_{kind.lower()}_mib": round(status.get(f"Rss{kind}", 0) / 1024, 1)
+                   for kind in ("Anon", "File", "Shmem")},
                 "fds": len(os.listdir(f"/proc/{pid}/fd")),
                 "containers": _containers(self.instance),
                 "mounts": len(mounts_under(self.data)), "data_bytes": _du(self.data)}
