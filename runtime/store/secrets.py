@@ -26,7 +26,7 @@ MAX_SECRETS_PER_TENANT = 200
 
 
 def check_secret_name(name: object) -> str:
-    if not isinstance(name, str) or not SECRET_NAME.match(name):
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):  # `$` allows a "\n"
         raise InvalidInput("a secret name is 1-64 of a-z, 0-9 and _, starting with a letter")
     return name
 

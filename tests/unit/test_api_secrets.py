@@ -45,3 +45,12 @@ async def test_tenant_admins_set_list_and_delete_their_own_secrets(
     assert actions == [("secret.set", "weather_key"), ("secret.delete", "weather_key")]
     key = tmp_path / "data" / "keys" / "secrets.key"
     assert key.stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_name_with_a_trailing_newline_is_refused(api: Api) -> None:  # noqa: F811
+    a = await api.tenant("alpha")
+    boss = (await api.mint(a, "tenant_admin"))["token"]
+    for method, body in [("PUT", {"value": VALUE}), ("DELETE", None)]:
+        resp = await api.call(boss, method, f"/v1/tenants/{a}/secrets/abc%0A", json=body)
+        assert _error(resp, 400) == "invalid_input" and VALUE not in resp.text
+    assert (await api.call(boss, "GET", f"/v1/tenants/{a}/secrets")).json() == []
