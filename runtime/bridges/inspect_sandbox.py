@@ -23,6 +23,7 @@ import secrets
 import shlex
 from pathlib import Path
 from typing import Any, Literal, overload
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -149,7 +150,7 @@ class NaviSandboxEnvironment(SandboxEnvironment):
             else:
                 lines.append("exec 0</dev/null")
             for key, value in (env or {}).items():
-                if not ENV_NAME.match(key):
+                if not ENV_NAME.fullmatch(key):  # `$` would let "A\n" through
                     raise ValueError(f"not an environment variable name: {key!r}")
                 lines.append(f"export {key}={shlex.quote(value)}")
             if cwd:
@@ -202,7 +203,8 @@ class NaviSandboxEnvironment(SandboxEnvironment):
         if rel is None:
             raise outside(file)
         data = contents.encode("utf-8") if isinstance(contents, str) else contents
-        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{rel}", content=data)
+        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{quote(rel)}",
+                                     content=data)
         if resp.status_code in (200, 201):
             return
         message = _error(resp)
@@ -228,7 +230,8 @@ class NaviSandboxEnvironment(SandboxEnvironment):
 
     async def _read_workspace(self, file: str, rel: str) -> bytes:
         limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
-        async with self.client.stream("GET", f"/v1/sessions/{self.session}/files/{rel}") as resp:
+        url = f"/v1/sessions/{self.session}/files/{quote(rel)}"  # '?', '#', '%' are names
+        async with self.client.stream("GET", url) as resp:
             if resp.status_code != 200:
                 await resp.aread()
                 message = _error(resp)
