@@ -21,6 +21,7 @@ class Principal:
     token_id: str
     tenant_id: str
     role: Role
+    expires_at: float | None = None  # Unix time; a stream opened with the token ends then
 
 
 def get_services(request: Request) -> Services:
@@ -46,7 +47,8 @@ async def authenticate(services: Services, token: str | None) -> Principal:
     if record is None:
         raise Unauthorized("invalid or revoked token")
     structlog.contextvars.bind_contextvars(tenant=record.tenant_id, token=record.id)
-    return Principal(token_id=record.id, tenant_id=record.tenant_id, role=record.role)
+    return Principal(token_id=record.id, tenant_id=record.tenant_id, role=record.role,
+                     expires_at=record.expires_at)
 
 
 async def get_principal(request: Request) -> Principal:

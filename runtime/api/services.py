@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runtime.api.token_watch import TokenWatch
 from runtime.approvals import ApprovalBroker
 from runtime.audit.store import AuditLog
 from runtime.calls import SessionToolCall
@@ -31,6 +32,7 @@ from runtime.workspace import Workspaces
 
 if TYPE_CHECKING:
     from runtime.agent.service import AgentService
+    from runtime.api.deps import Principal
     from runtime.store.secrets import SecretStore
 
 log = get_logger(__name__)
@@ -66,6 +68,16 @@ class Services:
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    token_watch: TokenWatch | None = None  # streams end when their token is revoked
+
+    def __post_init__(self) -> None:
+        if self.token_watch is None:
+            self.token_watch = TokenWatch(self.store)
+
+    async def token_ended(self, principal: Principal) -> None:
+        """Returns when `principal`'s token is revoked or expires (see `TokenWatch`)."""
+        assert self.token_watch is not None
+        await self.token_watch.ended(principal)
 
     def agent_loop(self) -> AgentService:
         if self.agent is None:

@@ -85,4 +85,15 @@ class McpEndpoint:
         scope[PRINCIPAL_KEY] = principal
         scope["user"] = AuthenticatedUser(AccessToken(
             token=principal.token_id, client_id=principal.token_id, scopes=[]))
-        await self.manager.handle_request(scope, receive, send)
+        # a stream (GET, or a POST answered as SSE) ends when the token is revoked or
+        # expires: the request is abandoned, the next one gets 401
+        handling = asyncio.ensure_future(self.manager.handle_request(scope, receive, send))
+        revoked = asyncio.ensure_future(self._services_of().token_ended(principal))
+        try:
+            await asyncio.wait({handling, revoked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (handling, revoked):
+                task.cancel()
+            await asyncio.gather(revoked, return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await handling

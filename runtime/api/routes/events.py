@@ -14,11 +14,13 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from runtime.api.deps import (
     SESSION_ROLES,
     CallerSession,
+    SessionUser,
     authenticate,
     bearer_token,
     get_services,
     owned_session,
 )
+from runtime.api.token_watch import until
 from runtime.errors import Forbidden, NaviError
 from runtime.events import Event, SessionEventBus
 
@@ -48,11 +50,15 @@ async def session_events(
     session_id: str,
     request: Request,
     session: CallerSession,
+    principal: SessionUser,
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     after: int | None = Query(None, description="replay events after this id"),
 ) -> AsyncIterator[ServerSentEvent]:
-    bus = get_services(request).hub.bus(session.id)
-    async for event in bus.subscribe(_last_id(last_event_id, after)):
+    services = get_services(request)
+    bus = services.hub.bus(session.id)
+    # the stream ends when the token is revoked or expires (a reconnect then gets 401)
+    async for event in until(bus.subscribe(_last_id(last_event_id, after)),
+                             services.token_ended(principal)):
         yield sse_frame(event)
 
 
@@ -81,14 +87,20 @@ async def session_ws(websocket: WebSocket, session_id: str) -> None:
     await websocket.send_json({"type": "ready", "session": session_id})
     reader = asyncio.create_task(_drain(websocket, services, session_id))
     writer = asyncio.create_task(_pump(websocket, services.hub.bus(session_id), last))
-    try:  # whichever ends first (client gone, or the bus closed) ends both
-        await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+    revoked = asyncio.create_task(services.token_ended(principal))
+    try:  # whichever ends first (client gone, the bus closed, the token revoked) ends all
+        await asyncio.wait({reader, writer, revoked}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (reader, writer):
+        for task in (reader, writer, revoked):
             task.cancel()
-        await asyncio.gather(reader, writer, return_exceptions=True)
+        await asyncio.gather(reader, writer, revoked, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await websocket.close()
+            if revoked.done() and not revoked.cancelled() and revoked.exception() is None:
+                await websocket.send_json({"type": "error", "code": "unauthorized",
+                                           "message": "the token was revoked or expired"})
+                await websocket.close(code=4401)
+            else:
+                await websocket.close()
 
 
 async def _pump(websocket: WebSocket, bus: SessionEventBus, last: int | None) -> None:
