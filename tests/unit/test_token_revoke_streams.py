@@ -158,3 +158,4 @@ async def test_a_stream_ends_when_its_token_expires_or_is_revoked_elsewhere(
     finally:
         for s in streams:
             await s.hang_up()
+

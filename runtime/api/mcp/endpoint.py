@@ -24,12 +24,17 @@ from runtime.api.deps import SESSION_ROLES, authenticate, bearer_token
 from runtime.api.errors import error_response, status_for
 from runtime.api.mcp.handlers import PRINCIPAL_KEY, build_server
 from runtime.api.mcp.sessions import McpSessions
-from runtime.errors import Forbidden, NaviError
+from runtime.errors import Forbidden, NaviError, QuotaExceeded
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
 
 IDLE_TIMEOUT_S = 30 * 60
+# Open MCP sessions (each ~40 KiB of transport state, kept up to IDLE_TIMEOUT_S idle): the
+# SDK's own cap is for the whole server, so one tenant opening sessions in a loop would
+# take every slot from the others; past this many of its own a tenant gets 429.
+MAX_SESSIONS_PER_TENANT = 100
+MCP_SESSION_HEADER = "mcp-session-id"
 MAX_BODY_BYTES = 12 * 1024 * 1024  # as the REST API's JSON bodies
 
 
@@ -69,6 +74,11 @@ class McpEndpoint:
             stop.set()
             await task
 
+    def open_sessions(self, tenant_id: str) -> int:
+        """The tenant's open MCP sessions (the SDK's table of session owners)."""
+        owners = getattr(self.manager, "_session_owners", {})
+        return sum(1 for owner in owners.values() if owner.get("subject") == tenant_id)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
@@ -79,12 +89,22 @@ class McpEndpoint:
                                            bearer_token(headers.get("authorization")))
             if principal.role not in SESSION_ROLES:
                 raise Forbidden(f"this needs one of the roles: {', '.join(SESSION_ROLES)}")
+            if MCP_SESSION_HEADER not in headers and \
+                    self.open_sessions(principal.tenant_id) >= MAX_SESSIONS_PER_TENANT:
+                raise QuotaExceeded(
+                    f"this tenant has {MAX_SESSIONS_PER_TENANT} open MCP sessions; end one "
+                    "(DELETE /mcp with its Mcp-Session-Id) or wait for one to expire",
+                    retry_after=60)
         except NaviError as exc:
-            await error_response(status_for(exc), exc.code, exc.message)(scope, receive, send)
+            await error_response(status_for(exc), exc.code, exc.message,
+                                 **exc.details)(scope, receive, send)
             return
         scope[PRINCIPAL_KEY] = principal
+        # the SDK binds a session to (client_id, issuer, subject): the token; the subject
+        # (the tenant) is what `open_sessions` counts
         scope["user"] = AuthenticatedUser(AccessToken(
-            token=principal.token_id, client_id=principal.token_id, scopes=[]))
+            token=principal.token_id, client_id=principal.token_id, scopes=[],
+            subject=principal.tenant_id))
         # a stream (GET, or a POST answered as SSE) ends when the token is revoked or
         # expires: the request is abandoned, the next one gets 401
         handling = asyncio.ensure_future(self.manager.handle_request(scope, receive, send))
