@@ -99,3 +99,23 @@ async def test_depth_stays_within_the_tenant_cap() -> None:
         assert pool.ready_count("s") <= 2
     finally:
         await pool.close()
+
+
+async def test_sessions_that_come_and_go_leave_no_entries_behind() -> None:
+    """A class key names one session's spec: whatever a session's calls, expiries and
+    release did, the pool keeps nothing for it afterwards (the soak's per-session growth)."""
+    sessions = [(f"s{i}", "t") for i in range(20)]
+    pool = await _fill(WarmPoolConfig(size=1, per_tenant=64, total=64, idle_s=0.5),
+                       sessions)
+    try:
+        for session, tenant in sessions[:10]:  # a call takes its container
+            spec = _spec(session, tenant)
+            assert await pool.take(warm_key(spec)) is not None
+        await asyncio.sleep(0.8)  # the rest expire unused
+        for session, _ in sessions:
+            await pool.release_session(session)
+        assert pool.ready_count() == 0
+        assert not pool._ready and not pool._launching  # noqa: SLF001
+        assert not pool._depth and not pool._generation  # noqa: SLF001
+    finally:
+        await pool.close()

@@ -131,7 +131,9 @@ class WarmPool:
         ready = self._ready.get(key)
         if ready:
             self.stats["taken"] += 1
-            return self._forget(ready.popleft())
+            container = ready.popleft()
+            self._prune(key)
+            return self._forget(container)
         for launch in self._launching.get(key, []):
             if launch.claimed or launch.task is None:
                 continue
@@ -145,6 +147,7 @@ class WarmPool:
             queue = self._ready.get(key)
             if landed is not None and queue is not None and landed in queue:
                 queue.remove(landed)
+                self._prune(key)
                 self.stats["waited"] += 1
                 self._adjust(key, landed.session, +1)
                 return self._forget(landed)
@@ -153,6 +156,14 @@ class WarmPool:
         if key in self._depth:  # a session of this class is calling faster than we launch
             self._adjust(key, self._depth[key][0], +1)
         return None
+
+    def _prune(self, key: str) -> None:
+        """Drop the class's empty entries: a key names one session's spec, so entries left
+        behind would grow with every session the server ever had."""
+        if not self._ready.get(key, True):
+            del self._ready[key]
+        if not self._launching.get(key, True):
+            del self._launching[key]
 
     def _forget(self, container: WarmContainer) -> WarmContainer:
         if container.timer is not None:
@@ -203,6 +214,7 @@ class WarmPool:
         finally:
             with contextlib.suppress(ValueError):
                 self._launching.get(key, []).remove(launch)
+            self._prune(key)
         self._broken.pop(key, None)
         self.stats["launched"] += 1
         if self._closed or launch.generation != self._generation[launch.session]:
@@ -219,6 +231,7 @@ class WarmPool:
         if queue is None or container not in queue:
             return
         queue.remove(container)
+        self._prune(container.key)
         self._forget(container)
         self._adjust(container.key, container.session, -1)
         self.stats["expired"] += 1
@@ -248,11 +261,12 @@ class WarmPool:
         if launching:  # they land and see the new generation (or closed): discarded
             await asyncio.wait(launching)
         doomed = []
-        for queue in self._ready.values():
+        for key, queue in list(self._ready.items()):
             for container in list(queue):
                 if session is None or container.session == session:
                     queue.remove(container)
                     doomed.append(self._forget(container))
+            self._prune(key)
         await asyncio.gather(*(self._discard(c) for c in doomed))
         if session is not None:  # its launches have all landed: its generation may go
             self._generation.pop(session, None)
