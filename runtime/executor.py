@@ -186,7 +186,7 @@ class Executor:
         """Admit, decide, audit the intent, run, audit the outcome. ``invocation`` may be a
         function of the decision (a job that carries its grant: the web fetcher's allowlist)."""
         exec_id = exec_id or new_exec_id()
-        if not EXEC_ID.match(exec_id) or exec_id in self._running:
+        if not EXEC_ID.fullmatch(exec_id) or exec_id in self._running:
             raise ValueError(f"bad or duplicate exec_id {exec_id!r}")
         action = self._with_memory(subject, action)
         args_sha, args_size = digest_json(action.args)

@@ -85,7 +85,7 @@ class AuditLog:
         self.data_dir = Path(data_dir)
         self.on_append = on_append  # observer: seconds one durable append took
         self.instance = instance or "p-" + secrets.token_hex(6)
-        if not _INSTANCE.match(self.instance):
+        if not _INSTANCE.fullmatch(self.instance):
             raise ConfigError(f"bad audit instance id {self.instance!r}")
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = checkpoint_interval_s
@@ -214,7 +214,7 @@ class AuditLog:
     def _instance_alive(self, instance: str | None) -> bool:
         if instance == self.instance:
             return False  # we hold our own lock: earlier intents of ours are from a dead run
-        if instance is None or not _INSTANCE.match(instance):
+        if instance is None or not _INSTANCE.fullmatch(instance):
             return False
         path = self.data_dir / INSTANCES_DIR / f"{instance}.lock"
         try:

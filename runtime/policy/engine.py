@@ -154,7 +154,7 @@ class PolicyEngine:
         if subject.role not in profile.roles:
             return _deny(f"profiles.{subject.profile}.roles",
                          f"role {subject.role!r} may not use profile {subject.profile!r}")
-        if not TOOL_NAME.match(tool):
+        if not TOOL_NAME.fullmatch(tool):
             return _deny("default.deny", "not a tool name")
         group = self.tool_group(tool, action.group)
         mcp_server = None

@@ -65,19 +65,19 @@ def _tool_ref(value: str) -> str:
             known = ", ".join(sorted(ALL_GROUPS))
             raise ValueError(f"unknown group {value!r} (known: {known})")
         return value
-    if not TOOL_NAME.match(value):
+    if not TOOL_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not a tool name ([a-z][a-z0-9_]*) nor a group:NAME")
     return value
 
 
 def _host(value: str) -> str:
-    if not _HOST.match(value) or len(value) > 253:
+    if not _HOST.fullmatch(value) or len(value) > 253:
         raise ValueError(f"{value!r} is not a host name (names only: no scheme, port or path)")
     return value
 
 
 def _image_name(value: str) -> str:
-    if not _IMAGE_NAME.match(value):
+    if not _IMAGE_NAME.fullmatch(value):
         raise ValueError(f"{value!r} is not an image name (e.g. python, tools-runner)")
     return value
 
@@ -150,16 +150,16 @@ RESERVED_ENV_NAMES = frozenset({"PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PRO
 
 def _secret_grants(value: dict[str, str]) -> dict[str, str]:
     for env, name in value.items():
-        if not _ENV_NAME.match(env) or env in RESERVED_ENV_NAMES:
+        if not _ENV_NAME.fullmatch(env) or env in RESERVED_ENV_NAMES:
             raise ValueError(f"{env!r} is not an environment variable name a secret may use "
                              "(A-Z, 0-9, _; not PATH, HOME, LANG or a proxy variable)")
-        if not _SECRET_NAME.match(name):
+        if not _SECRET_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a secret name (a-z, 0-9, _)")
     return value
 
 
 def _sha256(value: str | None) -> str | None:
-    if value is not None and not _SHA256.match(value):
+    if value is not None and not _SHA256.fullmatch(value):
         raise ValueError("tool_hash is a SHA-256 in lower-case hex (64 characters)")
     return value
 
@@ -297,16 +297,16 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
     problems: list[tuple[tuple[str | int, ...], str]] = []
     allow = set(policy.network.egress_allowlist)
     for pname, profile in policy.profiles.items():
-        if not TOOL_NAME.match(pname):
+        if not TOOL_NAME.fullmatch(pname):
             problems.append((("profiles", pname), f"{pname!r} is not a profile name"))
         for tname, rule in profile.tools.items():
             loc: tuple[str | int, ...] = ("profiles", pname, "tools", tname)
             if tname.startswith("group:"):  # a group's rule sets limits only
-                if not TOOL_NAME.match(tname.removeprefix("group:")):
+                if not TOOL_NAME.fullmatch(tname.removeprefix("group:")):
                     problems.append((loc, f"{tname!r} is not a group name"))
                 if rule.model_fields_set - {"limits"}:
                     problems.append((loc, "a group's rule may set `limits` only"))
-            elif not TOOL_NAME.match(tname):
+            elif not TOOL_NAME.fullmatch(tname):
                 problems.append((loc, f"{tname!r} is not a tool name"))
             if rule.languages is not None and tname != "code_exec":
                 problems.append((loc + ("languages",), "languages applies to code_exec only"))
@@ -318,7 +318,7 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
             if rule.network == "egress" and not rule.egress:
                 problems.append((loc + ("network",), "network: egress needs an egress list"))
     for sname, server in policy.mcp_servers.items():
-        if not _MCP_SERVER.match(sname) or len(sname) > 24:
+        if not _MCP_SERVER.fullmatch(sname) or len(sname) > 24:
             problems.append((("mcp_servers", sname), f"{sname!r} is not a server name "
                              "(lower-case words joined by single underscores, at most 24)"))
         for i, host in enumerate(server.egress):
@@ -326,7 +326,7 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
                 problems.append((("mcp_servers", sname, "egress", i),
                                  f"{host!r} is not in network.egress_allowlist"))
     for tname, tenant in policy.tenants.items():
-        if not _TENANT.match(tname):
+        if not _TENANT.fullmatch(tname):
             problems.append((("tenants", tname), f"{tname!r} is not a tenant name"))
         for i, pname in enumerate(tenant.profiles):
             if pname not in policy.profiles:

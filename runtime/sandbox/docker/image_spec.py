@@ -75,7 +75,7 @@ def read_packages(path: Path) -> tuple[str, ...]:
     names: set[str] = set()
     for lineno, line in enumerate(_strip_comments(path.read_text(encoding="utf-8")), 1):
         for word in line.split():
-            if not _DEB_PACKAGE.match(word):
+            if not _DEB_PACKAGE.fullmatch(word):
                 raise ConfigError(f"{path}:{lineno}: {word!r} is not a Debian package name")
             names.add(word)
     return tuple(sorted(names))
@@ -101,7 +101,7 @@ def read_wheels(path: Path) -> tuple[str, ...]:
 def load_spec(path: Path) -> ImageSpec:
     """Parse one image directory; ``ConfigError`` when it is not a valid image directory."""
     name = path.name
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ConfigError(f"sandbox image directory name {name!r} is not a valid image name")
     if not (path / "Dockerfile").is_file():
         raise ConfigError(f"{path} has no Dockerfile")

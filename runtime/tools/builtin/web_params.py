@@ -113,7 +113,7 @@ class HttpRequestParams(WebParamsBase):
             raise ValueError(f"at most {MAX_HEADERS} headers")
         seen: set[str] = set()
         for name, text in value.items():
-            if not _TOKEN.match(name):
+            if not _TOKEN.fullmatch(name):
                 raise ValueError(f"header name {name[:40]!r} is not a valid token")
             lower = name.lower()
             if lower in FORBIDDEN_HEADERS or lower.startswith("proxy-"):

@@ -52,7 +52,7 @@ class Model3DParams(ToolParams):
     @classmethod
     def _name(cls, value: str) -> str:
         value = re.sub(r"\.(scad|stl)$", "", value, flags=re.IGNORECASE)
-        if not MODEL_NAME.match(value):
+        if not MODEL_NAME.fullmatch(value):
             raise ValueError("use 1-64 letters, digits, '_' or '-' (starting with a letter "
                              "or digit), without a directory")
         return value

@@ -53,7 +53,7 @@ class Render3DParams(ToolParams):
             raise ValueError(exc.message) from None
         if not value.lower().endswith(".stl"):
             raise ValueError("path must name an .stl file")
-        if not SAFE_PATH.match(value):
+        if not SAFE_PATH.fullmatch(value):
             raise ValueError("path may use letters, digits, space, '_', '-', '.' and '/'")
         return "/".join(parts)
 
