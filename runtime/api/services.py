@@ -68,15 +68,13 @@ class Services:
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    token_watch: TokenWatch | None = None  # streams end when their token is revoked
+    token_watch: TokenWatch = field(init=False)  # streams end when their token is revoked
 
     def __post_init__(self) -> None:
-        if self.token_watch is None:
-            self.token_watch = TokenWatch(self.store)
+        self.token_watch = TokenWatch(self.store)
 
     async def token_ended(self, principal: Principal) -> None:
         """Returns when `principal`'s token is revoked or expires (see `TokenWatch`)."""
-        assert self.token_watch is not None
         await self.token_watch.ended(principal)
 
     def agent_loop(self) -> AgentService:

@@ -141,7 +141,6 @@ async def test_a_stream_ends_when_its_token_expires_or_is_revoked_elsewhere(
     other = await api.mint(tenant, "user")
     async with api.client(other["token"]) as client:
         session = (await client.post("/v1/sessions", json={})).json()["id"]
-    assert api.services.token_watch is not None
     api.services.token_watch.recheck_s = 0.2
     streams = [Stream(api.app, _scope("http", "GET", f"/v1/sessions/{session}/events",
                                       {"Authorization": f"Bearer {t['token']}"}),

@@ -108,8 +108,7 @@ async def revoke_token(tenant_id: str, token_id: str, request: Request,
             actor(principal, tenant_id), "token.revoke", token_id, rule=rule,
             detail=f"role: {record.role}")
         await services.store.revoke_token(token_id, tenant_id=tenant_id)
-    if services.token_watch is not None:  # its open streams end now
-        services.token_watch.revoked(token_id)
+    services.token_watch.revoked(token_id)  # its open streams end now
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
