@@ -3,7 +3,7 @@
 Nothing else may call ``SandboxBackend.run``. One call::
 
     quota check -> policy decide -> (ask: approver) -> audit intent (fsync) -> backend.run
-    -> audit outcome
+    -> audit outcome (committed; fsync'd with the next intent or within 50 ms)
 
 (The backend prepares — resolves the image, creates or takes a container — while the
 intent is being fsync'd, and starts the job only once it is durable: ``before_start``.)
@@ -351,7 +351,7 @@ class Executor:
                 raise failed from None  # no intent: nothing ran, nothing to close
             detail = exc.code if isinstance(exc, NaviError) else type(exc).__name__
             await self.audit.append(AuditEntry(kind="outcome", detail=f"error: {detail}",
-                                               **common))
+                                               **common), durable=False)
             raise
         finally:
             self._running.pop(exec_id, None)
@@ -364,7 +364,8 @@ class Executor:
             stdout_size=result.stdout_size or len(result.stdout),
             stderr_sha256=sha256_hex(result.stderr),
             stderr_size=result.stderr_size or len(result.stderr),
-            duration_ms=result.duration_ms, detail=_outcome_detail(why, result), **common))
+            duration_ms=result.duration_ms, detail=_outcome_detail(why, result), **common),
+            durable=False)  # group commit: fsync'd with the next intent, or within 50 ms
         log.info("exec_done", tool=action.tool, exit_code=result.exit_code,
                  duration_ms=result.duration_ms, audit_seq=record.seq)
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,

@@ -4,8 +4,8 @@ The SQLite table is authoritative; the mirror is a plain file an operator can sh
 archive. Writers hold an exclusive ``flock`` on it for the whole append (database commit
 included), so lines are in `seq` order even with several processes sharing a data dir. A
 line torn by a crash is cut off, and lines the database has but the mirror lacks (a crash
-between commit and mirror write) are written back before the next record. Blocking calls:
-run them in a worker thread.
+between commit and mirror write, or a power loss before the mirror's lazy fsync) are
+written back before the next record. Blocking calls: run them in a worker thread.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class Mirror:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._known: tuple[int, int | None] | None = None  # (size, last seq) as last seen
 
     def open(self) -> None:
         created = not self.path.exists()
@@ -41,6 +42,7 @@ class Mirror:
             fsync_dir(self.path.parent)
 
     def close(self) -> None:
+        self._known = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -59,7 +61,12 @@ class Mirror:
         """
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
-            return self._last_seq()
+            size = os.fstat(self.fd).st_size
+            if self._known is not None and self._known[0] == size:
+                return self._known[1]  # nobody appended since our last look
+            seq = self._last_seq()
+            self._known = (os.fstat(self.fd).st_size, seq)
+            return seq
         except BaseException:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             raise
@@ -68,12 +75,17 @@ class Mirror:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def write(self, lines: list[str]) -> None:
+    def write(self, lines: list[str], last_seq: int) -> None:
+        """Append ``lines``, the last of which is record ``last_seq`` (not fsync'd: ``sync``)."""
+        self._known = None
         data = "".join(line + "\n" for line in lines).encode("ascii")
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
+        self._known = (os.fstat(self.fd).st_size, last_seq)
+
+    def sync(self) -> None:
         os.fsync(self.fd)
 
     def _last_seq(self) -> int | None:

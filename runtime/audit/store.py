@@ -2,9 +2,13 @@
 
 One writer at a time: an ``asyncio.Lock`` and one writer thread (``runtime.audit.writer``)
 inside the process, and across processes the mirror's ``flock`` around ``BEGIN IMMEDIATE …
-COMMIT`` (``synchronous=FULL``, WAL) and the mirror write (fsync). So ``seq`` is gap-free
-and ``append`` returns only once the record is durable in both places. Any failure to write
-is ``AuditUnavailable``: callers must not run anything (fail closed).
+COMMIT`` (WAL) and the mirror write. So ``seq`` is gap-free. ``append`` returns once the
+record is committed; a durable append (the default: intents, denials, approvals, actions)
+once it is fsync'd too. A lazy one (``durable=False``: outcomes) is fsync'd with the next
+durable append or at most ``sync_delay_s`` later (group commit), and the mirror likewise:
+a power loss in that window turns a finished execution's outcome into ``interrupted``
+(below), never loses an intent. Any failure to write is ``AuditUnavailable``: callers must
+not run anything (fail closed).
 
 Crash recovery: every process holds an exclusive lock on
 ``audit.instances/<instance>.lock`` while the log is open. At open, an ``intent`` with no
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import os
 import re
 import secrets
@@ -48,6 +53,7 @@ MIRROR_NAME = "audit.jsonl"
 CHECKPOINT_NAME = "audit.checkpoint.json"
 INSTANCES_DIR = "audit.instances"
 SCHEMA_VERSION = 1
+SYNC_DELAY_S = 0.05  # longest a committed record waits for its fsync
 _INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 SCHEMA = """
@@ -80,7 +86,7 @@ class AuditLog:
     def __init__(
         self, data_dir: Path, *, instance: str | None = None, checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 60.0,
-        on_append: Callable[[float], None] | None = None,
+        on_append: Callable[[float], None] | None = None, sync_delay_s: float = SYNC_DELAY_S,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.on_append = on_append  # observer: seconds one durable append took
@@ -89,6 +95,9 @@ class AuditLog:
             raise ConfigError(f"bad audit instance id {self.instance!r}")
         self.checkpoint_every = checkpoint_every
         self.checkpoint_interval_s = checkpoint_interval_s
+        self.sync_delay_s = sync_delay_s
+        self._sync_timer: asyncio.TimerHandle | None = None
+        self._sync_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._db: aiosqlite.Connection | None = None  # reads
         self._writer: ChainWriter | None = None  # writes, on its own thread
@@ -164,15 +173,24 @@ class AuditLog:
         """Write a final signed checkpoint, then release everything."""
         if self._db is None:
             return
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         try:
             async with self._lock:
                 await self._checkpoint_locked()
+                await self._sync_locked()
         except AuditUnavailable as exc:
             log.warning("audit_close_checkpoint_failed", error=exc.message)
         finally:
+            if self._sync_task is not None:
+                await asyncio.gather(self._sync_task, return_exceptions=True)
             await self._teardown()
 
     async def _teardown(self) -> None:
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
         if self._writer is not None:
             writer, self._writer = self._writer, None
             try:
@@ -255,18 +273,19 @@ class AuditLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    async def append(self, entry: AuditEntry) -> AuditRecord:
-        """Append one record durably (fsync'd in SQLite and the mirror) and return it."""
+    async def append(self, entry: AuditEntry, *, durable: bool = True) -> AuditRecord:
+        """Append one record and return it: committed, and fsync'd unless ``durable=False``
+        (then within ``sync_delay_s``, or sooner with the next durable append)."""
         started = time.perf_counter()
         async with self._lock:
-            records = await self._write_locked([entry])
+            records = await self._write_locked([entry], durable=durable)
             if self.on_append is not None:
                 self.on_append(time.perf_counter() - started)
             if (records[0].seq - self._last_cp_seq >= self.checkpoint_every
                     or time.monotonic() - self._last_cp_time >= self.checkpoint_interval_s):
                 try:
                     await self._checkpoint_locked()
-                except AuditUnavailable as exc:  # the record itself is durable
+                except AuditUnavailable as exc:  # the record itself is written
                     log.warning("audit_checkpoint_failed", error=exc.message)
             return records[0]
 
@@ -284,16 +303,45 @@ class AuditLog:
         assert self._write_thread is not None
         return await asyncio.get_running_loop().run_in_executor(self._write_thread, fn, *args)
 
-    async def _write_locked(self, entries: list[AuditEntry]) -> list[AuditRecord]:
+    async def _write_locked(self, entries: list[AuditEntry], *, durable: bool = True
+                            ) -> list[AuditRecord]:
         writer = self._require_writer()
         try:
-            records = await self._on_writer(writer.append, entries)
+            records = await self._on_writer(functools.partial(writer.append, entries,
+                                                              durable=durable))
         except OSError as exc:
             raise AuditUnavailable(f"audit store write failed: {exc.strerror or exc}") from None
         except sqlite3.Error as exc:
             raise AuditUnavailable(f"audit store write failed: {exc}") from None
         self._head = writer.head
+        self._schedule_sync()
         return records
+
+    def _schedule_sync(self) -> None:
+        """Group commit: one fsync, ``sync_delay_s`` from now, for whatever is not yet durable."""
+        if self._sync_timer is None and self._writer is not None and self._writer.unsynced:
+            self._sync_timer = asyncio.get_running_loop().call_later(
+                self.sync_delay_s, self._start_sync)
+
+    def _start_sync(self) -> None:
+        self._sync_timer = None
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = asyncio.ensure_future(self._sync())
+
+    async def _sync(self) -> None:
+        try:
+            async with self._lock:
+                await self._sync_locked()
+        except AuditUnavailable as exc:  # the next durable append fails closed if it persists
+            log.warning("audit_sync_failed", error=exc.message)
+
+    async def _sync_locked(self) -> None:
+        if self._writer is None or not self._writer.unsynced:
+            return
+        try:
+            await self._on_writer(self._writer.sync)
+        except OSError as exc:
+            raise AuditUnavailable(f"audit store sync failed: {exc.strerror or exc}") from None
 
     # -- checkpoints --------------------------------------------------------------------------
 

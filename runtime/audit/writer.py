@@ -2,12 +2,21 @@
 
 ``AuditLog`` runs ``ChainWriter`` calls on one dedicated thread, so an append costs one
 thread hop instead of one per SQL statement (the write-ahead intent is on every
-execution's path). The writer has its own ``sqlite3`` connection (WAL, ``synchronous=FULL``)
-used only from that thread; reads go through ``AuditLog``'s own connection.
+execution's path). The writer has its own ``sqlite3`` connection (WAL) used only from that
+thread; reads go through ``AuditLog``'s own connection.
+
+Group commit: a *durable* append commits with ``synchronous=FULL`` (the WAL is fsync'd, and
+with it every frame before it); a *lazy* one (an execution's outcome) commits with
+``synchronous=NORMAL``: written and visible at once, it survives the process being killed,
+and becomes durable against a power loss with the next durable append or ``sync()``. The
+mirror is written on every append and fsync'd by ``sync()``: the database is the record of
+truth, and a mirror that lost its tail is back-filled from it at the next append or open.
+So an execution costs one fsync on its path: its intent's, before it starts.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -39,29 +48,61 @@ class ChainWriter:
         self._mirror = mirror
         self._db = sqlite3.connect(db_path, isolation_level=None, timeout=30,
                                    check_same_thread=False)  # one dedicated thread uses it
+        self._wal_path = Path(f"{db_path}-wal")
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        self._full = False
+        self._use_full_sync(True)
+        self._db_unsynced = False  # lazy commits not yet fsync'd
+        self._mirror_unsynced = False  # mirror lines not yet fsync'd
+
+    @property
+    def unsynced(self) -> bool:
+        """Something this writer committed or mirrored is not yet fsync'd."""
+        return self._db_unsynced or self._mirror_unsynced
 
     def close(self) -> None:
         self._db.close()
 
-    def append(self, entries: list[AuditEntry]) -> list[AuditRecord]:
+    def append(self, entries: list[AuditEntry], *, durable: bool = True) -> list[AuditRecord]:
         """Commit ``entries`` after the current head, then write (and back-fill) the mirror.
 
+        ``durable``: the commit is fsync'd (with every lazy one before it) when this returns.
         With no entries this only back-fills the mirror (start-up recovery).
         """
+        self._use_full_sync(durable)
         mirror_seq = self._mirror.lock()
         try:
             records, lines = self._commit(entries, mirror_seq)
+            if entries:
+                self._db_unsynced = not durable
             if lines:
-                self._mirror.write(lines)
+                self._mirror.write(lines, self.head[0])
+                self._mirror_unsynced = True
             return records
         finally:
             self._mirror.unlock()
 
+    def sync(self) -> None:
+        """Make every commit and mirror line so far durable (fsync the WAL and the mirror)."""
+        if self._db_unsynced:
+            try:
+                fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:  # checkpointed into the database file, which is synced
+                pass
+            else:
+                try:
+                    os.fsync(fd)  # the file's dirty pages, whichever descriptor wrote them
+                finally:
+                    os.close(fd)
+            self._db_unsynced = False
+        if self._mirror_unsynced:
+            self._mirror.sync()
+            self._mirror_unsynced = False
+
     def checkpoint(self, sign: Callable[[int, str, str], Checkpoint]) -> Checkpoint:
-        """Sign the current head and store the checkpoint row."""
+        """Sign the current head and store the checkpoint row (durably)."""
+        self._use_full_sync(True)
         seq, head = self._head()
         cp = sign(seq, head, utc_now())
         self._db.execute(
@@ -69,6 +110,11 @@ class ChainWriter:
             (cp.seq, cp.hash, cp.ts, cp.key_id, cp.signature),
         )
         return cp
+
+    def _use_full_sync(self, full: bool) -> None:
+        if full != self._full:
+            self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+            self._full = full
 
     def _head(self) -> tuple[int, str]:
         row = self._db.execute(_HEAD).fetchone()

@@ -120,14 +120,12 @@ class Store(TokenMethods):
         await self._db.execute("COMMIT")
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
-        async with self._db.execute(sql, params) as cur:
-            row: sqlite3.Row | None = await cur.fetchone()
-        return row
+        rows = await self._all(sql, params)
+        return rows[0] if rows else None
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
-        async with self._db.execute(sql, params) as cur:
-            rows = await cur.fetchall()
-        return list(rows)
+        # one hop to the connection's thread (a cursor's execute, fetch and close are three)
+        return list(await self._db.execute_fetchall(sql, params))
 
     # -- tenants -----------------------------------------------------------------------------
 

@@ -71,9 +71,8 @@ class TokenMethods:
     _db: aiosqlite.Connection
 
     async def _token_row(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
-        async with self._db.execute(sql, params) as cur:
-            row: sqlite3.Row | None = await cur.fetchone()
-        return row
+        rows = list(await self._db.execute_fetchall(sql, params))  # one thread hop
+        return rows[0] if rows else None
 
     async def operator_tenant(self) -> str | None:
         """The tenant of the first admin token ever made (revoked or not), or ``None``."""

@@ -8,6 +8,8 @@ import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,74 @@ async def test_reopened_log_knows_its_head(tmp_path: Path) -> None:
         last = await log.append(AuditEntry(kind="denied", tenant="t", rule="default.deny"))
     async with AuditLog(tmp_path) as log:
         assert log.head == (last.seq, last.hash)
+
+
+def _fsynced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the files fsync'd from Python from now on (SQLite's own fsyncs are in C)."""
+    seen: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        seen.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return seen
+
+
+async def test_outcomes_are_group_committed_within_the_sync_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AuditLog(tmp_path, sync_delay_s=0.3) as log:
+        await log.append(entry(1))  # the intent: its commit is fsync'd (synchronous=FULL)
+        fsynced = _fsynced_paths(monkeypatch)
+        outcome = await log.append(entry(1, kind="outcome", exit_code=0), durable=False)
+        # committed and readable at once; not fsync'd yet
+        assert [r.seq for r in await log.records(kind="outcome")] == [outcome.seq]
+        assert [x["seq"] for x in lines(tmp_path)] == [1, 2]
+        assert fsynced == []
+        await asyncio.sleep(0.6)
+        assert sorted(fsynced) == ["audit.jsonl", "audit.sqlite3-wal"]
+        fsynced.clear()
+        await asyncio.sleep(0.4)
+        assert fsynced == []  # nothing new, no fsync
+
+
+async def test_close_makes_lazy_records_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = await AuditLog(tmp_path, sync_delay_s=3600).__aenter__()
+    await log.append(entry(1, kind="outcome", exit_code=0), durable=False)
+    fsynced = _fsynced_paths(monkeypatch)
+    await log.close()
+    assert "audit.jsonl" in fsynced  # the checkpoint's commit is FULL; the mirror is synced
+    assert verify_store(tmp_path).ok
+
+
+def test_a_killed_process_keeps_its_lazy_outcome(tmp_path: Path) -> None:
+    """Group commit risks the window before the fsync only to a power loss: a process killed
+    right after a lazy append leaves the record in the OS's page cache, so it is kept."""
+    script = (
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from runtime.audit import AuditEntry, AuditLog\n"
+        "async def main():\n"
+        "    log = AuditLog(Path(sys.argv[1]), instance='gone', sync_delay_s=3600)\n"
+        "    await log.open()\n"
+        "    e = dict(tenant='t', session='s', exec_id='e1', tool='code_exec')\n"
+        "    await log.append(AuditEntry(kind='intent', **e))\n"
+        "    await log.append(AuditEntry(kind='outcome', exit_code=0, **e), durable=False)\n"
+        "    os._exit(0)  # no close, no sync\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          timeout=60, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr.decode()
+
+    async def reopen() -> tuple[list[str], bool]:
+        async with AuditLog(tmp_path) as log:
+            kinds = [r.kind for r in await log.records()]
+        return kinds, verify_store(tmp_path).ok
+
+    kinds, ok = asyncio.run(reopen())
+    assert kinds == ["intent", "outcome"] and ok
