@@ -3,10 +3,11 @@
 The context is rebuilt from the database before every model call: the newest summary (if
 any), then every row after it. Before it gets near the window (`COMPRESS_AT` of it), older
 turns are summarised by the model and the summary stored (`role = summary`,
-`meta.covers_until`); the latest turns stay verbatim. If the current turn alone is too big,
-its older tool outputs are shortened in the copy sent (the database keeps them). If the
-model cannot summarise, an extract of the old rows stands in, so compression never fails a
-turn. Token counts are estimates (about four characters a token).
+`meta.covers_until`); the latest turns stay verbatim, as many as fit in `KEEP_RECENT` of the
+window beside the system prompt and the tool schemas (at least the current turn). If the
+current turn alone is too big, its older tool outputs are shortened in the copy sent (the
+database keeps them). If the model cannot summarise, an extract of the old rows stands in,
+so compression never fails a turn. Token counts are estimates (about four characters a token).
 """
 
 from __future__ import annotations
@@ -157,7 +158,10 @@ class ContextBuilder:
         limit = int(self.window * COMPRESS_AT)
         if estimate_tokens(messages, tools) <= limit:
             return messages
-        cut = split_point(rows, int(self.window * KEEP_RECENT))
+        # what every request carries counts against what is kept, so the compressed context
+        # is back near KEEP_RECENT of the window and the next turns fit without another one
+        carried = estimate_tokens([ChatMessage(role="system", content=system)], tools)
+        cut = split_point(rows, max(0, int(self.window * KEEP_RECENT) - carried))
         if cut > 0:
             await self._summarise(summary, rows[:cut])
             summary, rows = await self.history.context(self.session_id)

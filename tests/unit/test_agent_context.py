@@ -56,6 +56,30 @@ async def test_old_turns_are_summarised_near_the_window(tmp_path: Path,
     assert len([r for r in rows if r.role == "user"]) == 6
 
 
+async def test_a_large_system_prompt_does_not_make_every_turn_summarise(
+        tmp_path: Path, ollama: FakeOllama) -> None:
+    """What every request carries (system prompt, tool schemas) counts against what is kept
+    verbatim, so a compression leaves room for the next turns. With ~40% of the window taken
+    by the system prompt and the tools, keeping 40% of the window of old turns left the
+    request over the threshold: every later turn asked the model for a summary of just the
+    turn before (8 summaries in these 14 turns; a soak saw 1,110 in 1,310 turns)."""
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "developer.yaml").write_text(
+        "context_window: 2048\nmax_iterations: 3\ntools: [filesystem]\n"
+        f"system_prompt: {'You are careful. ' * 95}\n")  # ~1,600 characters: ~400 tokens
+    ollama.model.summary = "SUMMARY: short."
+    async with AgentHarness(tmp_path, ollama=ollama.url, profiles_dir=folder) as h:
+        for n in range(14):  # each turn ~ 500 characters (~125 tokens)
+            ollama.model.add(Reply(content=f"answer {n} " + "a" * 240))
+            events = await h.turn(f"question {n} " + "q" * 240)
+            assert events[-1].type == "stream_end"
+    compressions = len(ollama.model.summary_requests)
+    assert 1 <= compressions <= 3, f"{compressions} summaries in 14 turns"
+    last = ollama.model.requests[-1]["messages"]
+    assert last[-1]["content"].startswith("question 13")
+
+
 async def test_summary_falls_back_to_an_extract_when_the_model_fails(
         tmp_path: Path, ollama: FakeOllama) -> None:
     async with AgentHarness(tmp_path, ollama=ollama.url,
