@@ -2,13 +2,21 @@
 
 Starts a real ``navi serve`` on 127.0.0.1 with its own data dir (warm pool of 1 per session),
 makes a tenant, a user token and a session, then times ``POST /v1/sessions/{id}/exec``
-(``code_exec``, python ``print(1)``) from an HTTP client, 0.5 s apart (think time: the next
-warm container is launched in between). The server's JSON log says which calls ran warm.
+(``code_exec``, python ``print(1)``), 0.5 s apart (think time: the next warm container is
+launched in between), alternating two clients on one keep-alive connection each:
+
+- ``warm_api``: a minimal HTTP/1.1 client (one write, read the head and ``Content-Length``
+  bytes): what the server costs, with as little client as a socket allows;
+- ``warm_api_httpx``: ``httpx.AsyncClient``, what a Python caller typically sees (httpx's
+  own work is ≈ 2-5 ms a request on the dev machine, more than the server's routing).
+
+The server's JSON log says which calls ran warm.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -34,8 +42,43 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def api_latencies(runs: int) -> tuple[list[float], str]:
-    """Per-call latencies (s) and "<warm>/<timed>" from the server's log."""
+class LeanClient:
+    """Just enough HTTP/1.1 for timing: one keep-alive connection, JSON bodies with a
+    ``Content-Length`` (what the API answers), no redirects, no chunked bodies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, port: int) -> LeanClient:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str, body: object, token: str) -> tuple[int, bytes]:
+        data = json.dumps(body).encode()
+        self.writer.write(
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {token}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n".encode()
+            + data)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        fields = dict(line.split(":", 1) for line in head[1:] if ":" in line)
+        length = {k.strip().lower(): v.strip() for k, v in fields.items()}.get("content-length")
+        if length is None:
+            raise RuntimeError(f"no content-length in the answer: {head}")
+        return int(head[0].split()[1]), await self.reader.readexactly(int(length))
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+
+def _check(status: int, body: bytes) -> None:
+    if status != 200 or json.loads(body).get("stdout") != "1\n":
+        raise RuntimeError(f"API exec failed: {status} {body[:300]!r}")
+
+
+async def api_latencies(runs: int) -> tuple[dict[str, list[float]], str]:
+    """Per-call latencies (s) of each client, and "<warm>/<timed>" from the server's log."""
     tmp = Path(tempfile.mkdtemp(prefix="navi-bench-api-"))
     port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
     env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
@@ -48,7 +91,7 @@ async def api_latencies(runs: int) -> tuple[list[float], str]:
             cwd=PROJECT_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    latencies: list[float] = []
+    latencies: dict[str, list[float]] = {"warm_api": [], "warm_api_httpx": []}
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             await _until_up(client, server, log_path)
@@ -57,23 +100,32 @@ async def api_latencies(runs: int) -> tuple[list[float], str]:
             tenant_id = tenant.json()["id"]
             user = await client.post(f"/v1/tenants/{tenant_id}/tokens", json={"role": "user"},
                                      headers=admin)  # fmt: skip
-            auth = {"Authorization": f"Bearer {user.json()['token']}"}
+            user_token = user.json()["token"]
+            auth = {"Authorization": f"Bearer {user_token}"}
             session = (await client.post("/v1/sessions", json={}, headers=auth)).json()["id"]
+            path = f"/v1/sessions/{session}/exec"
             body = {"tool": "code_exec", "args": {"language": "python", "code": "print(1)"}}
-            for i in range(runs + 1):  # the first call of the session is cold: not timed
-                await asyncio.sleep(THINK_S)
-                started = time.perf_counter()
-                resp = await client.post(f"/v1/sessions/{session}/exec", json=body, headers=auth)
-                elapsed = time.perf_counter() - started
-                if resp.status_code != 200 or resp.json().get("stdout") != "1\n":
-                    raise RuntimeError(f"API exec failed: {resp.status_code} {resp.text[:300]}")
-                if i:
-                    latencies.append(elapsed)
+            lean = await LeanClient.connect(port)
+            try:
+                _check(*await lean.post(path, body, user_token))  # a session's first is cold
+                for _ in range(runs):
+                    await asyncio.sleep(THINK_S)
+                    started = time.perf_counter()
+                    status, answer = await lean.post(path, body, user_token)
+                    latencies["warm_api"].append(time.perf_counter() - started)
+                    _check(status, answer)
+                    await asyncio.sleep(THINK_S)
+                    started = time.perf_counter()
+                    resp = await client.post(path, json=body, headers=auth)
+                    latencies["warm_api_httpx"].append(time.perf_counter() - started)
+                    _check(resp.status_code, resp.content)
+            finally:
+                await lean.close()
     finally:
         stop_server(server)
         warm = _warm_calls(log_path)
         shutil.rmtree(tmp, ignore_errors=True)
-    return latencies, f"{max(0, warm)}/{runs} (server log: exec_finished warm=true)"
+    return latencies, f"{max(0, warm)}/{2 * runs} (server log: exec_finished warm=true)"
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:

@@ -10,8 +10,9 @@ seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, 
 - ``warm``: ``DockerBackend`` with a warm pool of 1 per session; before each call the bench
   waits until the session's next container is ready (an interactive caller's think time),
   then times the call alone;
-- ``warm_api``: ``POST /v1/sessions/{id}/exec`` (``code_exec``, python) on a real
-  ``navi serve`` on 127.0.0.1 (policy, audit intent + outcome fsync'd, HTTP), 0.5 s apart.
+- ``warm_api``, ``warm_api_httpx``: ``POST /v1/sessions/{id}/exec`` (``code_exec``, python)
+  on a real ``navi serve`` on 127.0.0.1 (policy, audit intent fsync'd + outcome, HTTP),
+  0.5 s apart, from a minimal HTTP/1.1 client and from httpx (``bench/exec_api.py``).
 
 Sequential latency interleaves naive, cold and warm (A, B, C, A, …) so drift on a shared
 machine hits them alike. Throughput: C clients (2, 4), each its own session, calling back to
@@ -206,7 +207,8 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
         leftovers = await _sweep(paths)
         shutil.rmtree(paths.data_dir, ignore_errors=True)
     if api:
-        lat["warm_api"], out["api_warm_share"] = await api_latencies(runs)
+        api_lat, out["api_warm_share"] = await api_latencies(runs)
+        lat.update(api_lat)
     out.update(
         {
             "benchmark": "exec",
@@ -223,6 +225,7 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             },
             "latency": {name: summarize(values) for name, values in lat.items() if values},
             "latency_raw_ms": {k: [round(x * 1000, 2) for x in v] for k, v in lat.items()},
+            "api_overhead_p50_ms": api_overhead(lat),
             "warm_calls_served_warm": f"{served_warm}/{runs}",
             "warm_pool_stats": warm_stats,
             "throughput_per_s": throughput,
@@ -231,6 +234,15 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
         }
     )
     return out
+
+
+def api_overhead(lat: dict[str, list[float]]) -> dict[str, float]:
+    """What the API adds to a warm call, p50 against p50, per client."""
+    if not lat.get("warm"):
+        return {}
+    warm = summarize(lat["warm"])["p50_ms"]
+    return {name: round(summarize(values)["p50_ms"] - warm, 1)
+            for name, values in lat.items() if name.startswith("warm_api") and values}
 
 
 async def _sweep(paths: Paths) -> list[str]:
