@@ -3,21 +3,22 @@
 The exec route (`POST /v1/sessions/{id}/exec`), the agent loop's tool calls and the MCP
 server all come here, so a call is assembled, announced, counted and reported one way:
 
-    open the workspace -> ToolContext -> registry.check (tool found, arguments valid)
-    -> `tool_call` event -> registry.run (policy, audit, Executor, sandbox; live
-    `exec_output`) -> metrics -> `tool_result` event -> the typed `ToolResult`
+    look the tool up -> one worker hop: open the workspace, validate the arguments
+    -> ToolContext (bad arguments: refused, policy first) -> `tool_call` event
+    -> registry.run (policy, audit, Executor, sandbox; live `exec_output`) -> metrics
+    -> `tool_result` event -> the typed `ToolResult`
 
-A request `check` refuses announces nothing (no event) unless the caller announced it itself
-(`CallRequest.announced`: the agent shows every call its model made); every announced call
-gets exactly one `tool_result`. Errors propagate as `NaviError`s after they are counted
-and, for an announced call, reported; the caller maps them (HTTP status, a tool error the
-model reads). The result's `execution` is the typed run behind it (`Execution`: DESIGN's
-exec result fields, `ok` decided once), never rebuilt from `metadata`.
+A request refused before it runs (no such tool, bad arguments) announces nothing (no
+event) unless the caller announced it itself (`CallRequest.announced`: the agent shows every
+call its model made); every announced call gets exactly one `tool_result`. Errors
+propagate as `NaviError`s after they are counted and, for an announced call, reported; the
+caller maps them (HTTP status, a tool error the model reads). The result's `execution` is
+the typed run behind it (`Execution`: DESIGN's exec result fields, `ok` decided once),
+never rebuilt from `metadata`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultE
 from runtime.executor import Approver, Executor, new_exec_id
 from runtime.metrics import Metrics, tool_label
 from runtime.policy.decision import Subject
-from runtime.tools.base import ToolContext, ToolResult
+from runtime.tools.base import Tool, ToolContext, ToolResult
 from runtime.tools.event_args import event_args
 from runtime.tools.registry import ToolRegistry
 from runtime.workspace import Workspace, Workspaces
@@ -77,6 +78,17 @@ def expected(exc: NaviError) -> bool:
     return isinstance(exc, PolicyDenied | QuotaExceeded | InvalidInput | NotFound)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What a call's worker hop made: its workspace, its arguments as events show them, and
+    the validated parameters (or the `InvalidInput` that refused them)."""
+
+    path: Path
+    workspace: Workspace
+    shown: Any
+    params: Any
+
+
 class SessionToolCall:
     """Runs tool calls for every caller; built once per app (`Services.calls`)."""
 
@@ -110,47 +122,63 @@ class SessionToolCall:
 
     async def __call__(self, subject: Subject, request: CallRequest) -> ToolResult:
         bus = self.hub.bus(subject.session)
-        # one worker-thread hop for the blocking parts: the session's disk and directory,
-        # and the arguments as events may show them (linear in their size)
-        path, workspace, shown = await asyncio.to_thread(self._prepare, subject, request)
-        ctx = ToolContext(subject=subject, workspace=workspace, workspace_path=path,
-                          executor=self.executor, on_output=LiveOutput(bus, request.exec_id),
+        try:
+            tool = await self.registry.lookup(request.tool, subject)
+        except NaviError as exc:  # no such tool
+            self._failed(bus, request, self.label(request.tool, found=False), exc)
+            raise
+        # one worker-thread hop (the registry's, bounded per tenant) for the blocking and
+        # CPU-bound parts: the session's disk and directory, the arguments as events may
+        # show them, and their validation (each linear in their size)
+        prep = await self.registry.off_loop(subject.tenant, self._prepare, subject, request,
+                                            tool)
+        ctx = ToolContext(subject=subject, workspace=prep.workspace,
+                          workspace_path=prep.path, executor=self.executor,
+                          on_output=LiveOutput(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
                           approver=self.approver_for(bus),
                           extra={"turn_id": request.origin.turn_id,
                                  "call_id": request.origin.call_id})
         try:
-            try:
-                tool, params = await self.registry.check(request.tool, request.args, ctx)
-            except NaviError as exc:  # no such tool or bad arguments
-                self._failed(bus, request, self.label(request.tool, found=False), exc)
-                raise
+            if isinstance(prep.params, InvalidInput):
+                try:
+                    await self.registry.refuse_invalid(tool, request.args, ctx, prep.params)
+                except NaviError as exc:  # bad arguments (or a denied tool's)
+                    self._failed(bus, request, self.label(request.tool, found=False), exc)
+                    raise
             label = self.label(request.tool, found=True)
             if not request.announced:
-                bus.publish(ToolCallEvent(tool=request.tool[:TOOL_NAME_SHOWN], args=shown,
+                bus.publish(ToolCallEvent(tool=request.tool[:TOOL_NAME_SHOWN], args=prep.shown,
                                           exec_id=request.exec_id, **_origin(request)))
             self.metrics.active.inc()
             try:
-                result = await self.registry.run(tool, params, ctx)
+                result = await self.registry.run(tool, prep.params, ctx)
             except NaviError as exc:
                 self._failed(bus, request, label, exc, announced=True)
                 raise
             finally:
                 self.metrics.active.dec()
         finally:
-            workspace.close()
+            prep.workspace.close()
         if result.execution is None and ctx.execution is not None:
             result = result.model_copy(update={"execution": ctx.execution})
         self._count(label, result)
         bus.publish(_result_event(request, result, ctx.decision_rule))
         return result
 
-    def _prepare(self, subject: Subject, request: CallRequest
-                 ) -> tuple[Path, Workspace, Any]:
+    def _prepare(self, subject: Subject, request: CallRequest, tool: Tool) -> _Prepared:
         path = self.workspaces.verify(subject.tenant, subject.session)
         workspace = self.workspaces.open(subject.tenant, subject.session)
-        shown = None if request.announced else event_args(request.args)
-        return path, workspace, shown
+        try:
+            shown = None if request.announced else event_args(request.args)
+            try:
+                params: Any = tool.validate(request.args)
+            except InvalidInput as exc:  # refused on the loop: the policy may speak first
+                params = exc
+        except BaseException:
+            workspace.close()
+            raise
+        return _Prepared(path, workspace, shown, params)
 
     def _count(self, label: str, result: ToolResult) -> None:
         run = result.execution

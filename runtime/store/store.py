@@ -34,6 +34,7 @@ from runtime.store.models import (
     Tenant,
     TokenRecord,
 )
+from runtime.store.read_cache import ReadCache
 from runtime.store.tokens import TOKEN_MAX_CHARS, TokenMethods, hash_token
 
 log = get_logger(__name__)
@@ -67,6 +68,7 @@ class Store(TokenMethods):
     def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
         self._db = connection
         self.path = path
+        self._reads = ReadCache(path)  # tokens and sessions, while the file is unchanged
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class Store(TokenMethods):
         return cls(db, path)
 
     async def close(self) -> None:
+        self._reads.close()
         await self._db.close()
 
     async def __aenter__(self) -> Store:
@@ -275,12 +278,18 @@ class Store(TokenMethods):
         """The session if it exists AND belongs to ``tenant_id``; otherwise ``None``."""
         if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):
             return None
-        row = await self._one(
-            "SELECT id, tenant_id, profile, title, created_at FROM sessions "
-            "WHERE id = ? AND tenant_id = ?",
-            (session_id, tenant_id),
-        )
-        return SessionRecord(**dict(row)) if row else None
+        key = ("session", tenant_id, session_id)
+        record: SessionRecord | None = self._reads.get(key)
+        if record is None:
+            version = self._reads.version()
+            row = await self._one(
+                "SELECT id, tenant_id, profile, title, created_at FROM sessions "
+                "WHERE id = ? AND tenant_id = ?",
+                (session_id, tenant_id),
+            )
+            record = SessionRecord(**dict(row)) if row else None
+            self._reads.put(key, version, record)
+        return record
 
     async def list_sessions(self, tenant_id: str) -> list[SessionRecord]:
         rows = await self._all(

@@ -27,6 +27,7 @@ from runtime.errors import Forbidden, InvalidInput, NotFound
 from runtime.logging import get_logger
 from runtime.store import ids
 from runtime.store.models import LABEL_MAX, ROLES, Role, TokenRecord
+from runtime.store.read_cache import ReadCache
 
 log = get_logger(__name__)
 
@@ -66,9 +67,11 @@ def check_token_name(name: object) -> str | None:
 
 
 class TokenMethods:
-    """Token queries of ``Store``; ``_db`` is the store's autocommit connection."""
+    """Token queries of ``Store``; ``_db`` is the store's autocommit connection, ``_reads``
+    its cache of rows read while the file is unchanged."""
 
     _db: aiosqlite.Connection
+    _reads: ReadCache
 
     async def _token_row(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
         rows = list(await self._db.execute_fetchall(sql, params))  # one thread hop
@@ -134,17 +137,22 @@ class TokenMethods:
         if not isinstance(plaintext, str) or not 0 < len(plaintext) <= TOKEN_MAX_CHARS:
             return None
         digest = hash_token(plaintext)
-        row = await self._token_row(
-            f"SELECT {_COLUMNS}, token_hash FROM tokens WHERE token_hash = ?", (digest,))
-        if row is None or not hmac.compare_digest(row["token_hash"], digest):
+        record: TokenRecord | None = self._reads.get(("token", digest))
+        if record is None:
+            version = self._reads.version()
+            row = await self._token_row(
+                f"SELECT {_COLUMNS}, token_hash FROM tokens WHERE token_hash = ?", (digest,))
+            if row is None or not hmac.compare_digest(row["token_hash"], digest):
+                return None
+            if row["revoked_at"] is not None:
+                return None
+            fields = dict(row)
+            del fields["token_hash"]
+            record = TokenRecord(**fields)
+            self._reads.put(("token", digest), version, record)  # live when read
+        if record.expires_at is not None and record.expires_at <= now():
             return None
-        if row["revoked_at"] is not None:
-            return None
-        if row["expires_at"] is not None and row["expires_at"] <= now():
-            return None
-        fields = dict(row)
-        del fields["token_hash"]
-        return TokenRecord(**fields)
+        return record
 
     async def get_token(self, token_id: str, tenant_id: str | None = None) -> TokenRecord | None:
         """The token (scoped to ``tenant_id`` when given: another tenant's is ``None``)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from runtime.errors import InvalidInput, NotFound, SandboxError
 from runtime.policy.decision import Action, Decision, Subject
@@ -203,10 +203,17 @@ class ToolRegistry:
         tool = await self.lookup(name, ctx.subject)
         try:
             params = await self.off_loop(ctx.subject.tenant, tool.validate, args)
-        except InvalidInput:
-            await self._refuse_if_denied(tool, args, ctx)
-            raise
+        except InvalidInput as exc:
+            await self.refuse_invalid(tool, args, ctx, exc)
         return tool, params
+
+    async def refuse_invalid(self, tool: Tool, args: Any, ctx: ToolContext,
+                             error: InvalidInput) -> NoReturn:
+        """Raise for arguments `tool.validate` refused (`error`), policy first: see
+        `_refuse_if_denied`. For callers that validate off the loop themselves (with
+        `off_loop`, in one worker hop with their own blocking work)."""
+        await self._refuse_if_denied(tool, args, ctx)
+        raise error
 
     async def run(self, tool: Tool, params: Any, ctx: ToolContext) -> ToolResult:
         """The second half of `invoke`: authorise and run a call `check` accepted."""
