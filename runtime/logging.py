@@ -24,19 +24,19 @@ def escape_control_chars(
     return {k: _escape(v) if isinstance(v, str) else v for k, v in event_dict.items()}
 
 
+def _renderer(fmt: str) -> Any:
+    return (structlog.processors.JSONRenderer() if fmt == "json"
+            else structlog.dev.ConsoleRenderer(colors=False))
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             escape_control_chars,
-            renderer,
+            _renderer(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
@@ -48,3 +48,26 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
 
 def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+def route_stdlib_logging(fmt: str = "console", level: str = "info") -> None:
+    """Render what libraries log through ``logging`` as our own lines: same format (a JSON
+    log stays JSON), same fields. uvicorn's at ``level``, the others' (docker, httpx, mcp)
+    from warnings up, as before. For a process's entry point (``navi serve``): it replaces
+    the root logger's handlers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            escape_control_chars,
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    _renderer(fmt)],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    threshold = logging.getLevelNamesMapping()[level.upper()]
+    root.setLevel(max(threshold, logging.WARNING))
+    logging.getLogger("uvicorn").setLevel(threshold)

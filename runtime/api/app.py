@@ -14,6 +14,7 @@ from runtime import __version__
 from runtime.agent import AgentService
 from runtime.agent.recovery import close_interrupted_turns
 from runtime.agent.subagent import SubAgents
+from runtime.api.access_log import AccessLog
 from runtime.api.body_limit import BodyLimit
 from runtime.api.bootstrap import ensure_admin
 from runtime.api.data_disk import DataDiskGuard
@@ -151,6 +152,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     app.add_middleware(DataDiskGuard, data_dir=settings.data_dir)
+    app.add_middleware(AccessLog)  # outermost of ours: sees every answer, logs after it
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router):

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from runtime.config import Settings
 from runtime.errors import ConfigError, NaviError
-from runtime.logging import configure_logging, get_logger
+from runtime.logging import configure_logging, get_logger, route_stdlib_logging
 from runtime.policy.engine import PolicyEngine
 from runtime.store.store import BOOTSTRAP_MIN_CHARS
 from runtime.store.tokens import TOKEN_MAX_CHARS
@@ -62,9 +62,11 @@ def serve(
         typer.echo(f"error: {getattr(exc, 'message', exc)}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_format, settings.log_level)
+    route_stdlib_logging(settings.log_format, settings.log_level)
     app = create_app(settings)
-    config = uvicorn.Config(
+    config = uvicorn.Config(  # uvicorn's own lines through ours; requests: AccessLog's
         app, host=settings.host, port=settings.port, log_level=settings.log_level,
+        log_config=None, access_log=False,
         timeout_graceful_shutdown=10, proxy_headers=False, server_header=False,
     )
     log.info("serving", url=f"http://{settings.host}:{settings.port}/",
