@@ -212,8 +212,11 @@ class ToolRegistry:
         """Raise for arguments `tool.validate` refused (`error`), policy first: see
         `_refuse_if_denied`. For callers that validate off the loop themselves (with
         `off_loop`, in one worker hop with their own blocking work)."""
-        await self._refuse_if_denied(tool, args, ctx)
-        raise error
+        try:
+            await self._refuse_if_denied(tool, args, ctx)
+            raise error
+        finally:
+            del error, args  # not kept by this frame, which the traceback keeps
 
     async def run(self, tool: Tool, params: Any, ctx: ToolContext) -> ToolResult:
         """The second half of `invoke`: authorise and run a call `check` accepted."""
