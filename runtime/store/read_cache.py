@@ -38,8 +38,9 @@ class ReadCache:
             return None
         try:
             if self._probe is None:
-                self._probe = sqlite3.connect(f"file:{self._path}?mode=ro", uri=True,
-                                              isolation_level=None, check_same_thread=False)
+                uri = f"{self._path.resolve().as_uri()}?mode=ro"  # any path, percent-encoded
+                self._probe = sqlite3.connect(uri, uri=True, isolation_level=None,
+                                              check_same_thread=False)
                 self._probe.execute("PRAGMA busy_timeout = 0")
             row = self._probe.execute("PRAGMA data_version").fetchone()
         except sqlite3.Error:

@@ -96,3 +96,18 @@ async def test_unknown_tokens_are_not_kept(tmp_path: Path) -> None:
             for _ in range(3):
                 assert await store.authenticate("navi_not_a_token_at_all") is None
         assert queries.calls == 3
+
+
+async def test_a_data_dir_with_uri_characters_is_cached_and_revoked(tmp_path: Path) -> None:
+    path = tmp_path / "lab #1? 100%" / "navi.sqlite3"  # what a URI would misread
+    async with await Store.open(path) as store:
+        tenant = await store.create_tenant("lab")
+        plaintext, record = await store.create_token(tenant.id, "user")
+        queries = _CountingQueries(store)
+        with patch.object(store.connection, "execute_fetchall", queries):
+            assert await store.authenticate(plaintext) is not None
+            assert await store.authenticate(plaintext) is not None
+            assert queries.calls == 1  # the probe reads this file's version
+        _commit_elsewhere(path, "UPDATE tokens SET revoked_at = ? WHERE id = ?",
+                          time.time(), record.id)
+        assert await store.authenticate(plaintext) is None
