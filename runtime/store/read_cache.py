@@ -18,9 +18,11 @@ cannot be read, nothing is cached.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
 
 MAX_ENTRIES = 4096  # live tokens and sessions in use; past it, start over
 
@@ -48,23 +50,21 @@ class ReadCache:
             return None
         return int(row[0]) if row else None
 
-    def get(self, key: Hashable) -> Any | None:
-        """The value stored under ``key`` if nothing was committed since it was read."""
+    async def read(self, key: Hashable, load: Callable[[], Awaitable[T | None]]) -> T | None:
+        """The value kept under ``key`` if nothing was committed since it was loaded, else
+        ``load()``'s (kept unless None; the version is read first, then the row)."""
+        version = self.version()
         entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry[0] != self.version():
+        if entry is not None and entry[0] == version:
+            return cast("T", entry[1])
+        if entry is not None:
             self._entries.clear()  # something changed: every entry is as old
-            return None
-        return entry[1]
-
-    def put(self, key: Hashable, version: int | None, value: Any) -> None:
-        """Keep ``value``, read after ``version`` was (``version()`` first, then the row)."""
-        if version is None or value is None:
-            return
-        if len(self._entries) >= MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[key] = (version, value)
+        value = await load()
+        if version is not None and value is not None:
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = (version, value)
+        return value
 
     def close(self) -> None:
         self._entries.clear()

@@ -278,18 +278,16 @@ class Store(TokenMethods):
         """The session if it exists AND belongs to ``tenant_id``; otherwise ``None``."""
         if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):
             return None
-        key = ("session", tenant_id, session_id)
-        record: SessionRecord | None = self._reads.get(key)
-        if record is None:
-            version = self._reads.version()
+
+        async def load() -> SessionRecord | None:
             row = await self._one(
                 "SELECT id, tenant_id, profile, title, created_at FROM sessions "
                 "WHERE id = ? AND tenant_id = ?",
                 (session_id, tenant_id),
             )
-            record = SessionRecord(**dict(row)) if row else None
-            self._reads.put(key, version, record)
-        return record
+            return SessionRecord(**dict(row)) if row else None
+
+        return await self._reads.read(("session", tenant_id, session_id), load)
 
     async def list_sessions(self, tenant_id: str) -> list[SessionRecord]:
         rows = await self._all(

@@ -137,9 +137,8 @@ class TokenMethods:
         if not isinstance(plaintext, str) or not 0 < len(plaintext) <= TOKEN_MAX_CHARS:
             return None
         digest = hash_token(plaintext)
-        record: TokenRecord | None = self._reads.get(("token", digest))
-        if record is None:
-            version = self._reads.version()
+
+        async def live() -> TokenRecord | None:
             row = await self._token_row(
                 f"SELECT {_COLUMNS}, token_hash FROM tokens WHERE token_hash = ?", (digest,))
             if row is None or not hmac.compare_digest(row["token_hash"], digest):
@@ -148,9 +147,10 @@ class TokenMethods:
                 return None
             fields = dict(row)
             del fields["token_hash"]
-            record = TokenRecord(**fields)
-            self._reads.put(("token", digest), version, record)  # live when read
-        if record.expires_at is not None and record.expires_at <= now():
+            return TokenRecord(**fields)
+
+        record = await self._reads.read(("token", digest), live)
+        if record is None or (record.expires_at is not None and record.expires_at <= now()):
             return None
         return record
 
