@@ -150,11 +150,21 @@ def test_tool_code_has_a_copy_button(page, server: Server, tenant: Tenant) -> No
     assert page.evaluate("navigator.clipboard.readText()") == "echo copied-command"
 
 
+SLOW_HISTORY = """() => {  // a session's history arrives 0.5 s late, as on a slow link
+  const fetchNow = window.fetch;
+  window.fetch = async (url, options) => {
+    if (String(url).endsWith("/messages")) await new Promise((done) => setTimeout(done, 500));
+    return fetchNow(url, options);
+  };
+}"""
+
+
 def test_each_session_has_a_url(page, server: Server, tenant: Tenant) -> None:
     sign_in(page, tenant.user)
     first = new_session(page)
     assert page.url.endswith(f"#/sessions/{first}")
-    second = new_session(page)
+    page.evaluate(SLOW_HISTORY)
+    second = new_session(page)  # ready once the new session is live (not the old one)
     assert page.url.endswith(f"#/sessions/{second}")
     current = page.locator(".session-open[aria-current=true]")
 

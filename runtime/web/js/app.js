@@ -24,6 +24,16 @@ function sessionInUrl() {
   }
 }
 
+// The live-stream indicator: connecting|open|reconnecting|failed (`status`: why it failed).
+function showConnection(state, status) {
+  const conn = $("#conn");
+  conn.dataset.state = state;
+  conn.textContent = {
+    connecting: "Connecting…", open: "Live", reconnecting: "Reconnecting…",
+    failed: `Disconnected (${status})`,
+  }[state] || state;
+}
+
 function sessionHash(id) {
   return `#/sessions/${encodeURIComponent(id)}`;
 }
@@ -201,6 +211,7 @@ class App {
     if (this.active) {
       this.active.stream?.stop();
       this.active.stream = null;
+      showConnection("connecting"); // not the old session's "Live" while this one loads
     }
     let view = this.views.get(session.id);
     if (!view) {
@@ -266,11 +277,7 @@ class App {
       },
       onState: (state, status) => {
         if (this.active !== view) return;
-        conn.dataset.state = state;
-        conn.textContent = {
-          connecting: "Connecting…", open: "Live", reconnecting: "Reconnecting…",
-          failed: `Disconnected (${status})`,
-        }[state] || state;
+        showConnection(state, status);
         if (state === "failed" && status === 401) this.signOut("The token is no longer valid.");
       },
     }).start();
