@@ -124,6 +124,26 @@ async def test_warm_output_streams_while_the_job_runs(
     assert ended - first_at > 1.0, "output came only at the end"
 
 
+async def test_a_jobs_background_processes_end_with_its_call(
+    backend: DockerBackend, run: RunFn, workspace: Path, docker_api: docker.APIClient
+) -> None:
+    """The call ends when the job exits (its trailers), while the runner waits to be removed
+    (``warm_runner``: lingering): what the job left running must end with the container,
+    never write into the workspace after its call."""
+    await run(["true"])
+    await wait_ready(backend, workspace.name)
+    container = ready_ids(backend)[0]
+    taken = backend.warm.stats["taken"]
+    job = "(sleep 1; echo late > /workspace/late.txt) & echo started"
+    result = await run(["sh", "-c", job])
+    assert backend.warm.stats["taken"] == taken + 1, "the call did not run warm"
+    assert (result.exit_code, result.stdout) == (0, b"started\n")
+    assert result.duration_ms < 1000, "the call waited for the job's background process"
+    assert await gone(docker_api, container), "the used warm container was not removed"
+    await asyncio.sleep(1.5)
+    assert not (workspace / "late.txt").exists(), "a process outlived its call"
+
+
 async def test_release_session_and_close_remove_warm_containers(
     backend: DockerBackend, run: RunFn, workspace: Path, docker_api: docker.APIClient
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import httpx
@@ -44,3 +45,48 @@ def test_room_enough_passes_and_a_missing_data_dir_is_left_to_the_routes(
     assert _statuses(tmp_path, 1, ("POST",))[0].status_code == 200
     assert _statuses(tmp_path / "absent", 2**62, ("POST",))[0].status_code == 200
     assert not (tmp_path / ".navi-write-probe").exists()
+
+
+class _SlowDisk(DataDiskGuard):
+    """A data disk that takes `LOOK_S` to answer each look (as a failing one may)."""
+
+    LOOK_S = 0.2
+
+    def look(self) -> tuple[int, str, str] | None:
+        time.sleep(self.LOOK_S)
+        return super().look()
+
+
+def test_a_slow_disk_never_stalls_the_event_loop_and_busy_writers_never_wait(
+        tmp_path: Path) -> None:
+    app = Starlette(routes=[Route("/x", _ok, methods=["POST"])])
+    app.add_middleware(_SlowDisk, data_dir=tmp_path, floor_bytes=1)
+
+    async def go() -> tuple[float, list[float], float]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:  # what every other tenant's requests need: the loop
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.01)
+
+        beat = asyncio.create_task(ticker())
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as client:
+            started = time.monotonic()
+            assert (await client.post("/x")).status_code == 200
+            first = time.monotonic() - started  # idle until now: waits for one look
+            later = []
+            for _ in range(8):  # busy: judged by the background's looks, no waiting
+                await asyncio.sleep(0.1)
+                started = time.monotonic()
+                assert (await client.post("/x")).status_code == 200
+                later.append(time.monotonic() - started)
+        beat.cancel()
+        longest_gap = max(b - a for a, b in zip(ticks, ticks[1:], strict=False))
+        return first, later, longest_gap
+
+    first, later, longest_gap = asyncio.run(go())
+    assert first >= _SlowDisk.LOOK_S
+    assert max(later) < 0.1, later
+    assert longest_gap < 0.1, f"the loop stalled {longest_gap:.3f} s"

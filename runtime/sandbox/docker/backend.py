@@ -60,6 +60,7 @@ from runtime.sandbox.docker.reaper import Reaper
 from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH, load_profile
 from runtime.sandbox.docker.spec import ContainerSpec, build_spec
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
+from runtime.sandbox.docker.warm_stream import oom_kills
 from runtime.sandbox.instance import load_instance_id
 from runtime.sandbox.models import ExecRequest, ExecResult, MiB
 
@@ -301,7 +302,10 @@ class DockerBackend:
     async def _begin(self, container: str, warm: WarmContainer | None, request: ExecRequest,
                      before_start: Awaitable[object] | None) -> Started:
         """``before_start`` (e.g. the audit intent: nothing runs before it), then the
-        container runs: a cold one is attached and started, a warm one gets its job."""
+        container runs: a cold one is attached and started, a warm one gets its job (it may
+        linger where its exit state needs no engine call: the cgroup's OOM counter is read)."""
+        linger = warm is not None and oom_kills(
+            container, self._cgroup_parent(request.tenant)) is not None
         if before_start is not None:
             try:
                 await before_start
@@ -310,7 +314,7 @@ class DockerBackend:
                     attach.shutdown(warm.attached)
                 raise
         if warm is not None:
-            return start_warm(warm, request)
+            return start_warm(warm, request, linger=linger)
         return await start_cold(self.engine, container, request.stdin)
 
     async def _after_call(

@@ -31,6 +31,7 @@ class Started:
     attached: Any  # the attach socket
     stdin: bytes  # what to feed: a warm runner's job frame comes first
     trailers: Trailers | None = None  # a warm runner marks the job's end on both streams
+    lingering: bool = False  # after a normal exit the runner waits to be removed
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,15 @@ async def exit_state(
     engine: DockerEngine, started: Started, timed_out: bool, cgroup_parent: str | None,
 ) -> dict[str, Any]:
     """Exit code and OOM kill: from a warm runner's trailer when the job exited normally
-    and the cgroup counts no OOM kill, else from the engine once the container is down."""
+    and the cgroup's OOM counter can be read, else from the engine once the container is
+    down (a lingering runner is stopped first: it would not go down by itself)."""
     code = started.trailers.code if started.trailers is not None else None
-    if (code is not None and code >= 0 and not timed_out
-            and oom_kills(started.container, cgroup_parent) == 0):
-        return {"ExitCode": code, "OOMKilled": False}
+    if code is not None and code >= 0 and not timed_out:
+        kills = oom_kills(started.container, cgroup_parent)
+        if kills is not None:
+            return {"ExitCode": code, "OOMKilled": kills > 0}
+    if started.lingering:
+        await engine.call(engine.kill_quietly, started.container)
     return await engine.call(engine.final_state, started.container)
 
 

@@ -32,7 +32,7 @@ from runtime.sandbox.docker.spec import (
     relayed,
 )
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPoolConfig
-from runtime.sandbox.docker.warm_runner import READY, RUNNER_ARGV, job_frame
+from runtime.sandbox.docker.warm_runner import LINGER_S, READY, RUNNER_ARGV, job_frame
 from runtime.sandbox.docker.warm_stream import Trailers
 from runtime.sandbox.models import ExecRequest
 
@@ -48,8 +48,9 @@ async def start_cold(engine: DockerEngine, container: str, stdin: bytes) -> Star
     return Started(container=container, attached=attached, stdin=stdin)
 
 
-def start_warm(warm: WarmContainer, request: ExecRequest) -> Started:
-    """The job for a taken warm container's runner: argv in a frame, then stdin."""
+def start_warm(warm: WarmContainer, request: ExecRequest, *, linger: bool = False) -> Started:
+    """The job for a taken warm container's runner: argv in a frame, then stdin.
+    ``linger``: the runner waits to be removed after a normal exit (``warm_runner.py``)."""
     nonce = os.urandom(16).hex()
     sock = attach.raw_socket(warm.attached)
 
@@ -58,8 +59,9 @@ def start_warm(warm: WarmContainer, request: ExecRequest) -> Started:
             sock.shutdown(socket.SHUT_RDWR)
 
     return Started(container=warm.id, attached=warm.attached,
-                   stdin=job_frame(request.argv, nonce) + request.stdin,
-                   trailers=Trailers(nonce, ended))
+                   stdin=job_frame(request.argv, nonce, LINGER_S if linger else 0.0)
+                   + request.stdin,
+                   trailers=Trailers(nonce, ended), lingering=linger)
 
 
 class WarmLauncher:
