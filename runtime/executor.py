@@ -68,7 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.audit.records import AuditEntry, StateChange, digest_json, sha256_hex
 from runtime.audit.store import AuditLog
 from runtime.errors import NaviError, PolicyDenied, QuotaExceeded
-from runtime.logging import get_logger
+from runtime.logging import after_this_step, get_logger
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.quota import QuotaExceededFor, QuotaTracker
@@ -369,8 +369,8 @@ class Executor:
             stderr_size=result.stderr_size or len(result.stderr),
             duration_ms=result.duration_ms, detail=_outcome_detail(why, result), **common),
             durable=False)  # group commit: fsync'd with the next intent, or within 50 ms
-        log.info("exec_done", tool=action.tool, exit_code=result.exit_code,
-                 duration_ms=result.duration_ms, audit_seq=record.seq)
+        after_this_step(log.info, "exec_done", tool=action.tool, exit_code=result.exit_code,
+                        duration_ms=result.duration_ms, audit_seq=record.seq)
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
                            audit_seq=record.seq, intent_seq=intent.seq,
                            timeout_s=decision.limits.timeout_s)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import structlog
@@ -48,6 +50,17 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
 
 def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+def after_this_step(log_method: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log once the running task yields (a call's answer is written first): for lines on a
+    latency path. The context bound now (tenant, session, exec_id) goes with the line."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        log_method(event, **fields)
+        return
+    loop.call_soon(functools.partial(log_method, event, **fields))
 
 
 def route_stdlib_logging(fmt: str = "console", level: str = "info") -> None:

@@ -49,7 +49,7 @@ from runtime.config import Settings
 from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
 from runtime.errors import RuntimeUnavailable, SandboxError
-from runtime.logging import get_logger
+from runtime.logging import after_this_step, get_logger
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.drive import Capture, Started, drive
@@ -287,8 +287,8 @@ class DockerBackend:
         after = asyncio.ensure_future(later)
         self._removals.add(after)
         after.add_done_callback(self._removals.discard)
-        bound.info(
-            "exec_finished",
+        after_this_step(
+            bound.info, "exec_finished",
             warm=warm is not None,
             container=container[:12],
             exit_code=result.exit_code,
