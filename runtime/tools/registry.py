@@ -180,8 +180,9 @@ class ToolRegistry:
     # ---- calling ---------------------------------------------------------------------
 
     async def off_loop(self, tenant: str, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` (argument validation: time-boxed CPU work) in a worker thread, at most
-        `VALIDATIONS_PER_TENANT` at a time for one tenant."""
+        """`fn(*args)` in a worker thread, at most `VALIDATIONS_PER_TENANT` at a time for one
+        tenant: a call's blocking or CPU-bound preparation (argument validation, time-boxed;
+        `SessionToolCall` opens the session's workspace in the same hop)."""
         line = self._validating.setdefault(tenant, asyncio.Semaphore(VALIDATIONS_PER_TENANT))
         async with line:
             return await asyncio.to_thread(fn, *args)
