@@ -6,7 +6,8 @@ Nothing else may call ``SandboxBackend.run``. One call::
     -> audit outcome (committed; fsync'd with the next intent or within 50 ms)
 
 (The backend prepares — resolves the image, creates or takes a container — while the
-intent is being fsync'd, and starts the job only once it is durable: ``before_start``.)
+intent is being fsync'd, and starts the job only once it is durable: ``before_start``, a
+``StartGate`` the audit writer opens on its own thread, where a warm job is started at once.)
 
 Use (API routes, tools, the CLI)::
 
@@ -72,7 +73,7 @@ from runtime.logging import after_this_step, get_logger
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.quota import QuotaExceededFor, QuotaTracker
-from runtime.sandbox.backend import OutputCallback, SandboxBackend
+from runtime.sandbox.backend import OutputCallback, SandboxBackend, StartGate
 from runtime.sandbox.models import ExecRequest, ExecResult, Execution, Mount
 
 log = get_logger(__name__)
@@ -310,13 +311,16 @@ class Executor:
         common = {**base, "decision": decision.verdict, "rule": decision.rule, "image": image,
                   "limits": limits}
         # The intent's fsync overlaps the backend's preparation (image, container); the
-        # backend awaits it before anything runs in the container (``before_start``).
+        # backend awaits it before anything runs in the container (``before_start``), or
+        # has the gate start the job on the writer thread as soon as it is durable.
         given = sorted({decision.secrets[env] for env in secret_env})  # names, never values
+        gate = StartGate()
         intent_write = asyncio.ensure_future(self.audit.append(AuditEntry(
             kind="intent", reason=decision.reason, tool_hash=action.tool_hash,
             secrets=given or None,
             stdin_sha256=sha256_hex(invocation.stdin), stdin_size=len(invocation.stdin),
-            **common)))
+            **common), then=gate.open))
+        gate.follows(intent_write)
         self._running[exec_id] = subject.session
         # the backend's after-call work (warm container removal and relaunch) waits for the
         # outcome record, so that write is not slowed by engine calls
@@ -325,7 +329,7 @@ class Executor:
             # a call holding secrets streams nothing live: its output is passed on once,
             # redacted (a value split across two chunks could not be caught)
             live = None if secret_env else on_output
-            outcome = await self._run_recorded(request, live, intent_write, settled,
+            outcome = await self._run_recorded(request, live, intent_write, gate, settled,
                                                exec_id, common, action, decision)
             if secret_env:  # what a tool printed of its secrets is not passed on
                 outcome = outcome.model_copy(update={
@@ -337,14 +341,14 @@ class Executor:
 
     async def _run_recorded(
         self, request: ExecRequest, on_output: OutputCallback | None,
-        intent_write: asyncio.Future[Any], settled: asyncio.Future[None], exec_id: str,
-        common: dict[str, Any], action: Action, decision: Decision,
+        intent_write: asyncio.Future[Any], gate: StartGate, settled: asyncio.Future[None],
+        exec_id: str, common: dict[str, Any], action: Action, decision: Decision,
     ) -> ExecOutcome:
         try:
             # hand the intent to the writer thread now, not when the backend first waits:
             # the thread wakes up (≈ 0.3-0.5 ms on a VM) while the backend prepares
             await asyncio.sleep(0)
-            result = await self.backend.run(request, on_output, before_start=intent_write,
+            result = await self.backend.run(request, on_output, before_start=gate,
                                             settled=settled)
         except asyncio.CancelledError:
             await asyncio.shield(self._cancelled(exec_id, common, intent_write))

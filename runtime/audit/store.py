@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import functools
 import os
 import re
 import secrets
@@ -273,12 +272,17 @@ class AuditLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    async def append(self, entry: AuditEntry, *, durable: bool = True) -> AuditRecord:
+    async def append(self, entry: AuditEntry, *, durable: bool = True,
+                     then: Callable[[], None] | None = None) -> AuditRecord:
         """Append one record and return it: committed, and fsync'd unless ``durable=False``
-        (then within ``sync_delay_s``, or sooner with the next durable append)."""
+        (then within ``sync_delay_s``, or sooner with the next durable append).
+
+        ``then``: called on the writer thread as soon as the record is written so (before
+        this returns; never if the append fails); short, non-blocking, must not raise
+        (``StartGate.open``: a warm job starts without waiting for the event loop)."""
         started = time.perf_counter()
         async with self._lock:
-            records = await self._write_locked([entry], durable=durable)
+            records = await self._write_locked([entry], durable=durable, then=then)
             if self.on_append is not None:
                 self.on_append(time.perf_counter() - started)
             if (records[0].seq - self._last_cp_seq >= self.checkpoint_every
@@ -303,12 +307,18 @@ class AuditLog:
         assert self._write_thread is not None
         return await asyncio.get_running_loop().run_in_executor(self._write_thread, fn, *args)
 
-    async def _write_locked(self, entries: list[AuditEntry], *, durable: bool = True
-                            ) -> list[AuditRecord]:
+    async def _write_locked(self, entries: list[AuditEntry], *, durable: bool = True,
+                            then: Callable[[], None] | None = None) -> list[AuditRecord]:
         writer = self._require_writer()
+
+        def append() -> list[AuditRecord]:
+            records = writer.append(entries, durable=durable)
+            if then is not None:
+                then()
+            return records
+
         try:
-            records = await self._on_writer(functools.partial(writer.append, entries,
-                                                              durable=durable))
+            records = await self._on_writer(append)
         except OSError as exc:
             raise AuditUnavailable(f"audit store write failed: {exc.strerror or exc}") from None
         except sqlite3.Error as exc:

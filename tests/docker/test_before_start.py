@@ -1,9 +1,12 @@
 """``before_start`` (the Executor's write-ahead intent) gates the job on cold and warm paths:
-nothing runs in the container until it resolves, and if it fails nothing runs at all."""
+nothing runs in the container until it resolves, and if it fails nothing runs at all. As a
+``StartGate`` it may start a warm job when it opens (on the audit writer's thread), never
+before."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -12,6 +15,7 @@ import docker
 import pytest
 
 from runtime.errors import AuditUnavailable
+from runtime.sandbox.backend import StartGate
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
@@ -75,3 +79,47 @@ async def test_a_failing_before_start_runs_nothing(
     left += [c for c in ready if docker_api.containers(all=True, filters={"id": c})]
     assert left == [], "the prepared container was not removed"
     assert len(ready) == (1 if warm else 0)
+
+
+async def test_a_start_gate_starts_a_warm_job_when_it_opens_not_before(
+    backend: DockerBackend, workspace: Path, sandbox_image: str
+) -> None:
+    """The Executor's gate opens on the audit writer's thread the moment the intent is
+    durable; the loop learns of it later. The warm job starts at the opening, never before."""
+    await backend.run(request(workspace, sandbox_image, ["true"]))
+    await wait_ready(backend, workspace.name)
+    loop = asyncio.get_running_loop()
+    durable: asyncio.Future[None] = loop.create_future()
+    gate = StartGate()
+    gate.follows(durable)
+    times: dict[str, float] = {}
+
+    def writer_thread() -> None:  # as the audit writer: the record is durable, then ...
+        time.sleep(0.5)
+        times["opened"] = time.time()
+        gate.open()
+        time.sleep(1.0)  # ... the loop hears of it only later
+        times["told"] = time.time()
+        loop.call_soon_threadsafe(durable.set_result, None)
+
+    thread = threading.Thread(target=writer_thread)
+    thread.start()
+    result = await backend.run(request(workspace, sandbox_image, py(MARK)), before_start=gate)
+    thread.join()
+    assert result.exit_code == 0 and backend.warm.stats["taken"] == 1
+    ran_at = float((workspace / "ran").read_text())
+    assert ran_at >= times["opened"], "the job ran before the gate opened"
+    assert ran_at < times["told"], "the job waited for the event loop, not for the gate"
+
+
+async def test_a_start_gate_that_never_opens_runs_nothing(
+    backend: DockerBackend, workspace: Path, sandbox_image: str
+) -> None:
+    await backend.run(request(workspace, sandbox_image, ["true"]))
+    await wait_ready(backend, workspace.name)
+    gate = StartGate()  # its intent failed: the writer never opened it
+    gate.follows(asyncio.ensure_future(later(0.3, AuditUnavailable("audit store write failed"))))
+    with pytest.raises(AuditUnavailable):
+        await backend.run(request(workspace, sandbox_image, py(MARK)), before_start=gate)
+    await asyncio.sleep(0.5)
+    assert not (workspace / "ran").exists(), "the job ran although the gate never opened"

@@ -107,6 +107,21 @@ def in_thread(fn: Callable[..., T], *args: Any, name: str) -> asyncio.Future[T]:
     return future
 
 
+def send_nowait(sock: socket.socket, data: bytes) -> tuple[int, bool]:
+    """Send what of ``data`` the socket takes now, never blocking, and half-close once all of
+    it went: (bytes sent, half-closed). What is left (or failed) is ``feed_stdin``'s."""
+    sent = 0
+    try:
+        if data:
+            sent = sock.send(data, socket.MSG_DONTWAIT)
+        if sent == len(data):
+            sock.shutdown(socket.SHUT_WR)
+            return sent, True
+    except OSError:
+        pass
+    return sent, False
+
+
 def feed_stdin(sock: socket.socket, data: bytes) -> None:
     """Write all of ``data`` then half-close; a program that exits early is not an error."""
     try:

@@ -50,7 +50,7 @@ from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
 from runtime.errors import RuntimeUnavailable, SandboxError
 from runtime.logging import after_this_step, get_logger
-from runtime.sandbox.backend import OutputCallback
+from runtime.sandbox.backend import OutputCallback, StartGate
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.drive import Capture, Started, drive
 from runtime.sandbox.docker.engine import DockerEngine
@@ -304,17 +304,21 @@ class DockerBackend:
         """``before_start`` (e.g. the audit intent: nothing runs before it), then the
         container runs: a cold one is attached and started, a warm one gets its job (it may
         linger where its exit state needs no engine call: the cgroup's OOM counter is read)."""
-        linger = warm is not None and oom_kills(
-            container, self._cgroup_parent(request.tenant)) is not None
+        started = None
+        if warm is not None:
+            linger = oom_kills(container, self._cgroup_parent(request.tenant)) is not None
+            started = start_warm(warm, request, linger=linger)
         if before_start is not None:
+            if started is not None and isinstance(before_start, StartGate):
+                before_start.when_open(started.feed_at_once)  # the job starts at the gate
             try:
                 await before_start
             except BaseException:
                 if warm is not None:  # a taken warm container's attach socket
                     attach.shutdown(warm.attached)
                 raise
-        if warm is not None:
-            return start_warm(warm, request, linger=linger)
+        if started is not None:
+            return started
         return await start_cold(self.engine, container, request.stdin)
 
     async def _after_call(

@@ -32,6 +32,15 @@ class Started:
     stdin: bytes  # what to feed: a warm runner's job frame comes first
     trailers: Trailers | None = None  # a warm runner marks the job's end on both streams
     lingering: bool = False  # after a normal exit the runner waits to be removed
+    fed: int = 0  # bytes of ``stdin`` sent before the drive (``feed_at_once``)
+    stdin_closed: bool = False
+
+    def feed_at_once(self) -> None:
+        """Send what of ``stdin`` the socket takes without blocking (a warm job's frame: the
+        job starts) and half-close if that was all; for a ``StartGate`` step, so it runs on
+        the thread that made the audit intent durable. The drive feeds the rest."""
+        self.fed, self.stdin_closed = attach.send_nowait(attach.raw_socket(self.attached),
+                                                         self.stdin)
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,9 @@ async def drive(
         pump = attach.in_thread(
             attach.pump_output, sock, pumped, emit if on_output else None, name="navi-out"
         )
-        attach.in_thread(attach.feed_stdin, sock, started.stdin, name="navi-in")
+        if not started.stdin_closed:
+            attach.in_thread(attach.feed_stdin, sock, started.stdin[started.fed:],
+                             name="navi-in")
         done, _ = await asyncio.wait({pump}, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
             timed_out = True

@@ -4,8 +4,9 @@
   attach → start. ``stdin`` is the call's.
 - **warm**: a container the pool launched earlier (``WarmLauncher.launch``: the same spec
   with the runner as argv, created → attached → started → the runner's ready frame read) is
-  taken → [``before_start``]; the job goes to the runner as a frame before ``stdin``, and the
-  call ends at the runner's end trailers.
+  taken → [``before_start``]; the job goes to the runner as a frame before ``stdin`` (sent by
+  the ``StartGate``'s step, on the thread that opens it, when it is one), and the call ends
+  at the runner's end trailers.
 
 Either way the result is a ``Started`` for ``drive.py``.
 """
