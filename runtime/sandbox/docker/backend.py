@@ -318,6 +318,8 @@ class DockerBackend:
                     attach.shutdown(warm.attached)
                 raise
         if started is not None:
+            if not (started.fed or started.stdin_closed):  # no gate started it: start it now
+                started.feed_at_once()
             return started
         return await start_cold(self.engine, container, request.stdin)
 

@@ -37,8 +37,8 @@ class Started:
 
     def feed_at_once(self) -> None:
         """Send what of ``stdin`` the socket takes without blocking (a warm job's frame: the
-        job starts) and half-close if that was all; for a ``StartGate`` step, so it runs on
-        the thread that made the audit intent durable. The drive feeds the rest."""
+        job starts) and half-close if that was all: as a ``StartGate``'s step, on the thread
+        that made the audit intent durable, else on the loop. The drive feeds the rest."""
         self.fed, self.stdin_closed = attach.send_nowait(attach.raw_socket(self.attached),
                                                          self.stdin)
 
