@@ -8,7 +8,9 @@ launched in between), alternating two clients on one keep-alive connection each:
 - ``warm_api``: a minimal HTTP/1.1 client (one write, read the head and ``Content-Length``
   bytes): what the server costs, with as little client as a socket allows;
 - ``warm_api_httpx``: ``httpx.AsyncClient``, what a Python caller typically sees (httpx's
-  own work is ≈ 2-5 ms a request on the dev machine, more than the server's routing).
+  own work is ≈ 2-5 ms a request on the dev machine, more than the server's routing);
+- ``warm_beside_api`` (when the caller passes ``bare``): the bare warm backend call, timed in
+  the same rounds, so the API's overhead compares calls made under the same load.
 
 The server's JSON log says which calls ran warm.
 """
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -77,8 +80,11 @@ def _check(status: int, body: bytes) -> None:
         raise RuntimeError(f"API exec failed: {status} {body[:300]!r}")
 
 
-async def api_latencies(runs: int) -> tuple[dict[str, list[float]], str]:
-    """Per-call latencies (s) of each client, and "<warm>/<timed>" from the server's log."""
+async def api_latencies(
+    runs: int, bare: Callable[[], Awaitable[float]] | None = None,
+) -> tuple[dict[str, list[float]], str]:
+    """Per-call latencies (s) of each client (and of ``bare``, a timed bare warm call, in
+    the same rounds), and "<warm>/<timed>" from the server's log."""
     tmp = Path(tempfile.mkdtemp(prefix="navi-bench-api-"))
     port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
     env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
@@ -112,6 +118,9 @@ async def api_latencies(runs: int) -> tuple[dict[str, list[float]], str]:
             try:
                 _check(*await lean.post(path, body, user_token))  # a session's first is cold
                 for _ in range(runs):
+                    if bare is not None:
+                        await asyncio.sleep(THINK_S)
+                        latencies.setdefault("warm_beside_api", []).append(await bare())
                     await asyncio.sleep(THINK_S)
                     started = time.perf_counter()
                     status, answer = await lean.post(path, body, user_token)

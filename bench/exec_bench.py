@@ -12,7 +12,9 @@ seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, 
   then times the call alone;
 - ``warm_api``, ``warm_api_httpx``: ``POST /v1/sessions/{id}/exec`` (``code_exec``, python)
   on a real ``navi serve`` on 127.0.0.1 (policy, audit intent fsync'd + outcome, HTTP),
-  0.5 s apart, from a minimal HTTP/1.1 client and from httpx (``bench/exec_api.py``).
+  0.5 s apart, from a minimal HTTP/1.1 client and from httpx (``bench/exec_api.py``);
+- ``warm_beside_api``: the ``warm`` call again, once in each round of the API's calls, so
+  the API's overhead (``api_overhead_p50_ms``) compares calls made under the same load.
 
 Sequential latency interleaves naive, cold and warm (A, B, C, A, …) so drift on a shared
 machine hits them alike. Throughput: C clients (2, 4), each its own session, calling back to
@@ -183,6 +185,16 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             started = time.perf_counter()
             served_warm += await paths.call(paths.warm_backend, "warm")
             lat["warm"].append(time.perf_counter() - started)
+        if api:  # the API's calls, with a bare warm call beside each (same load, same rounds)
+
+            async def bare_warm() -> float:
+                await paths.warm_ready("warm")
+                started = time.perf_counter()
+                await paths.call(paths.warm_backend, "warm")
+                return time.perf_counter() - started
+
+            api_lat, out["api_warm_share"] = await api_latencies(runs, bare_warm)
+            lat.update(api_lat)
         throughput: dict[str, dict[str, float]] = {}
         for clients in CONCURRENCY:
 
@@ -206,9 +218,6 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
         await paths.close()
         leftovers = await _sweep(paths)
         shutil.rmtree(paths.data_dir, ignore_errors=True)
-    if api:
-        api_lat, out["api_warm_share"] = await api_latencies(runs)
-        lat.update(api_lat)
     out.update(
         {
             "benchmark": "exec",
@@ -237,10 +246,12 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
 
 
 def api_overhead(lat: dict[str, list[float]]) -> dict[str, float]:
-    """What the API adds to a warm call, p50 against p50, per client."""
-    if not lat.get("warm"):
+    """What the API adds to a warm call, p50 against p50, per client: against the bare warm
+    calls made in the same rounds when there are any, else against ``warm``."""
+    beside = lat.get("warm_beside_api") or lat.get("warm")
+    if not beside:
         return {}
-    warm = summarize(lat["warm"])["p50_ms"]
+    warm = summarize(beside)["p50_ms"]
     return {name: round(summarize(values)["p50_ms"] - warm, 1)
             for name, values in lat.items() if name.startswith("warm_api") and values}
 
