@@ -49,6 +49,12 @@ class StartGate:
             self._step = step
             return True
 
+    def withdraw(self) -> None:
+        """Drop the registered step (its caller gave up waiting; a step already under way
+        runs to its end)."""
+        with self._lock:
+            self._step = None
+
     def open(self) -> None:
         """Nothing stands in the way any more; runs the registered step (never raises)."""
         with self._lock:

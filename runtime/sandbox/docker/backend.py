@@ -314,6 +314,8 @@ class DockerBackend:
             try:
                 await before_start
             except BaseException:
+                if isinstance(before_start, StartGate):
+                    before_start.withdraw()
                 if warm is not None:  # a taken warm container's attach socket
                     attach.shutdown(warm.attached)
                 raise
