@@ -152,11 +152,14 @@ class DockerEngine:
             self.api.start(container)
 
     def kill_quietly(self, container: str) -> None:
-        try:
-            self.api.kill(container)
-        except docker.errors.APIError as exc:  # already exited (409) or removed (404)
-            if exc.status_code not in (404, 409):
-                log.warning("kill_failed", container=container[:12], error=str(exc))
+        """Kill; one already down (409) or gone (404) is no error, an engine's refusal is
+        logged, an engine that does not answer is ``EngineUnavailable``."""
+        with map_docker_errors("kill the sandbox container"):
+            try:
+                self.api.kill(container)
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (404, 409):
+                    log.warning("kill_failed", container=container[:12], error=str(exc))
 
     def remove(self, container: str) -> None:
         try:
