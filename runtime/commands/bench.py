@@ -55,7 +55,7 @@ def exec_bench(
     for name, lat in results["latency"].items():
         typer.echo(f"{name:14} p50 {lat['p50_ms']:7.1f} ms  p95 {lat['p95_ms']:7.1f} ms")
     if overhead := results.get("api_overhead_p50_ms"):
-        typer.echo("API overhead over warm, p50: "
+        typer.echo("API overhead over the bare warm call of the same rounds, p50: "
                    + ", ".join(f"{k} +{v} ms" for k, v in overhead.items()))
     for clients, paths in results["throughput_per_s"].items():
         typer.echo(f"throughput {clients}: " + ", ".join(f"{k} {v}/s" for k, v in paths.items()))
