@@ -21,7 +21,8 @@ The looks (``statvfs`` and the probe) run on a worker thread, never on the event
 failing disk may take seconds to answer a file creation, and the loop serves every tenant.
 While write requests come, the filesystem is looked at every ``REFRESH_S`` in the
 background, so they pass without waiting; the first one after ``ACTIVE_S`` without any waits
-for one look.
+for one look. The background stops looking at a read-only disk (the next write request
+looks again) and at the server's shutdown.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MiB = 1024 * 1024
 FLOOR_BYTES = 32 * MiB
@@ -54,13 +55,14 @@ class DataDiskGuard:
         self._state: Refusal | None = None
         self._active_until = 0.0
         self._looking: asyncio.Future[None] | None = None
-        self._keeper: asyncio.Task[None] | None = None
+        self._keeper: asyncio.Future[None] | None = None
+        self._closed = False
 
     async def state(self) -> Refusal | None:
         """(status, code, message) while the data disk refuses writes, else None."""
         now = time.monotonic()
         self._active_until = now + ACTIVE_S
-        if self._keeper is None:
+        if self._keeper is None and not self._closed:
             self._keeper = asyncio.ensure_future(self._keep_fresh())
         if now - self._checked >= CHECK_INTERVAL_S:  # idle until now: one look first
             await asyncio.shield(self._look_once())
@@ -68,11 +70,19 @@ class DataDiskGuard:
 
     async def _keep_fresh(self) -> None:
         try:
-            while time.monotonic() < self._active_until:
+            while time.monotonic() < self._active_until and not self._closed:
                 await asyncio.shield(self._look_once())
+                if self._state is not None and self._state[1] == "data_readonly":
+                    return  # no change to wait for: each write request looks (≤ 2/s)
                 await asyncio.sleep(REFRESH_S)
         finally:
             self._keeper = None
+
+    def close(self) -> None:
+        """Stop looking in the background (the server shuts down)."""
+        self._closed = True
+        if self._keeper is not None:
+            self._keeper.cancel()
 
     def _look_once(self) -> asyncio.Future[None]:
         """The look under way, or a new one (concurrent callers share it)."""
@@ -83,6 +93,14 @@ class DataDiskGuard:
     async def _refresh(self) -> None:
         self._state = await asyncio.to_thread(self.look)
         self._checked = time.monotonic()
+
+    def _closing_at_shutdown(self, receive: Receive) -> Receive:
+        async def receive_and_watch() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                self.close()
+            return message
+        return receive_and_watch
 
     def look(self) -> Refusal | None:
         """What the filesystem says now (blocking: statvfs and a probe file)."""
@@ -114,6 +132,9 @@ class DataDiskGuard:
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._closing_at_shutdown(receive), send)
+            return
         method = scope.get("method", "")
         if scope["type"] != "http" or (method not in WRITES and method != "DELETE"):
             await self.app(scope, receive, send)

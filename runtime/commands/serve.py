@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +64,7 @@ def serve(
         raise typer.Exit(2) from None
     configure_logging(settings.log_format, settings.log_level)
     route_stdlib_logging(settings.log_format, settings.log_level)
+    faulthandler.enable()  # a fatal signal (SIGBUS, SIGABRT...) leaves every stack in the log
     app = create_app(settings)
     config = uvicorn.Config(  # uvicorn's own lines through ours; requests: AccessLog's
         app, host=settings.host, port=settings.port, log_level=settings.log_level,

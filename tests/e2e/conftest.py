@@ -34,6 +34,12 @@ class Server:
     log_path: Path
     log_file: object = None
     instance_env: dict[str, str] = field(default_factory=dict)
+    ended: str = ""  # how `stop_server` found it and how it ended
+
+    def ending(self, lines: int = 40) -> str:
+        """For an assertion's message: how the server ended and its log's last lines."""
+        tail = "\n".join(self.log().splitlines()[-lines:])
+        return f"server {self.ended}; its log ends:\n{tail}"
 
     def client(self, token: str | None = None, **kw: object) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -94,13 +100,25 @@ def start_server(tmp: Path, policy: Path | None = None,
 
 
 def stop_server(server: Server) -> None:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
+    """SIGTERM and wait; one that does not stop in 20 s gets SIGABRT (`navi serve` then
+    writes every thread's stack to its log), then SIGKILL."""
+    process, started = server.process, time.monotonic()
+    if process.poll() is not None:
+        server.ended = f"had exited by itself (status {process.returncode})"
+    else:
+        process.send_signal(signal.SIGTERM)
         try:
-            server.process.wait(timeout=20)
+            process.wait(timeout=20)
+            server.ended = (f"stopped on SIGTERM in {time.monotonic() - started:.1f} s "
+                            f"(status {process.returncode})")
         except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
+            process.send_signal(signal.SIGABRT)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            server.ended = "did not stop on SIGTERM in 20 s (stacks in its log)"
     if server.log_file is not None:
         server.log_file.close()  # type: ignore[attr-defined]
 

@@ -106,4 +106,4 @@ def test_full_then_read_only_data_disk(tmp_path: Path) -> None:
                 assert verify(server)["ok"] is True
         finally:
             stop_server(server)
-        assert mounts_under(data) == []
+        assert mounts_under(data) == [], server.ending()

@@ -160,4 +160,4 @@ def test_kill9_during_stream_turn_and_upload(tmp_path: Path) -> None:
             assert verify(again)["ok"] is True
         finally:
             stop_server(again)
-        assert mounts_under(data) == []
+        assert mounts_under(data) == [], again.ending()

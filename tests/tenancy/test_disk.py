@@ -187,7 +187,7 @@ def test_no_mount_outlives_a_killed_supervisor(tmp_path: Path) -> None:
             assert run(client, session, "cat f")["stdout"] == "kept\n"
     finally:
         stop_server(again)
-    assert mounts_under(srv.data_dir) == []
+    assert mounts_under(srv.data_dir) == [], again.ending()
 
 
 def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
@@ -221,7 +221,7 @@ def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
             assert run(client, session, "cat f")["stdout"] == "kept\n"
     finally:
         stop_server(again)
-    assert mounts_under(srv.data_dir) == []
+    assert mounts_under(srv.data_dir) == [], again.ending()
 
 
 async def test_session_disks_stay_visible_when_the_engine_comes_up_later(

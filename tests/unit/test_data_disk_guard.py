@@ -90,3 +90,78 @@ def test_a_slow_disk_never_stalls_the_event_loop_and_busy_writers_never_wait(
     assert first >= _SlowDisk.LOOK_S
     assert max(later) < 0.1, later
     assert longest_gap < 0.1, f"the loop stalled {longest_gap:.3f} s"
+
+
+class _CountedDisk(DataDiskGuard):
+    """Counts its looks; ``READ_ONLY`` makes every look say the disk is read-only."""
+
+    READ_ONLY = False
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.looks = 0
+
+    def look(self) -> tuple[int, str, str] | None:
+        self.looks += 1
+        if self.READ_ONLY:
+            return (503, "data_readonly", "read-only")
+        return super().look()
+
+
+async def _post(app: Starlette) -> int:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://t") as client:
+        return (await client.post("/x")).status_code
+
+
+def _guard_of(app: Starlette) -> _CountedDisk:
+    layer = app.middleware_stack
+    while not isinstance(layer, _CountedDisk):
+        layer = layer.app  # type: ignore[union-attr]
+    return layer
+
+
+def test_the_background_stops_looking_when_the_server_shuts_down(tmp_path: Path) -> None:
+    app = Starlette(routes=[Route("/x", _ok, methods=["POST"])])
+    app.add_middleware(_CountedDisk, data_dir=tmp_path, floor_bytes=1)
+
+    async def go() -> tuple[int, int]:
+        inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+        outbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+        lifespan = asyncio.create_task(app({"type": "lifespan", "state": {}},
+                                           inbox.get, outbox.put))  # type: ignore[arg-type]
+        await inbox.put({"type": "lifespan.startup"})
+        assert (await outbox.get())["type"] == "lifespan.startup.complete"
+        assert await _post(app) == 200  # the background starts looking, for ACTIVE_S
+        await inbox.put({"type": "lifespan.shutdown"})
+        assert (await outbox.get())["type"] == "lifespan.shutdown.complete"
+        await lifespan
+        guard = _guard_of(app)
+        at_shutdown = guard.looks
+        await asyncio.sleep(0.8)  # the loop lives on (as under uvicorn's last steps)
+        return at_shutdown, guard.looks
+
+    at_shutdown, later = asyncio.run(go())
+    assert later == at_shutdown, f"{later - at_shutdown} looks after the shutdown"
+
+
+def test_a_read_only_disk_is_looked_at_only_when_a_write_request_asks(tmp_path: Path) -> None:
+    app = Starlette(routes=[Route("/x", _ok, methods=["POST"])])
+    app.add_middleware(_CountedDisk, data_dir=tmp_path, floor_bytes=1)
+
+    async def go() -> tuple[list[int], int, int]:
+        _CountedDisk.READ_ONLY = True
+        try:
+            first = await _post(app)
+            guard = _guard_of(app)
+            await asyncio.sleep(0.8)  # three background looks, were it still looking
+            idle_looks = guard.looks
+            second = await _post(app)  # judged by a fresh look, not the old one
+            return [first, second], idle_looks, guard.looks
+        finally:
+            _CountedDisk.READ_ONLY = False
+
+    statuses, idle_looks, after_second = asyncio.run(go())
+    assert statuses == [503, 503]
+    assert idle_looks == 1
+    assert after_second == 2
