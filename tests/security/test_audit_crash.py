@@ -21,6 +21,7 @@ from pathlib import Path
 from runtime.audit import AuditLog, verify_store
 
 ROOT = Path(__file__).resolve().parents[2]
+MAX_ROUNDS = 16
 CHILD = """
 import asyncio, random, sys
 from pathlib import Path
@@ -90,8 +91,11 @@ def _burst_and_kill(data: Path, after_records: int, extra_s: float) -> None:
 async def test_kill_9_mid_burst_leaves_a_verifiable_chain(tmp_path: Path) -> None:
     data = tmp_path / "data"
     rng = random.Random(int.from_bytes(os.urandom(4)))
-    target = 0
-    for _round in range(4):
+    target, rounds, records = 0, 0, []
+    # at least 4 kills; more until one lands with a call in flight (about 2 in 3 do)
+    while rounds < 4 or not any(r.kind == "interrupted" for r in records):
+        assert rounds < MAX_ROUNDS, f"no kill of {rounds} landed with a call in flight"
+        rounds += 1
         target = _count(data) + rng.randint(20, 120)
         _burst_and_kill(data, target, rng.random() / 20)
         async with AuditLog(data) as audit:  # start-up: close what the dead process left open
@@ -104,5 +108,3 @@ async def test_kill_9_mid_burst_leaves_a_verifiable_chain(tmp_path: Path) -> Non
         assert intents == closed
         seqs = [r.seq for r in records]
         assert seqs == list(range(1, len(seqs) + 1))
-    # executions are nearly always in flight when the kill lands
-    assert sum(r.kind == "interrupted" for r in records) >= 1
