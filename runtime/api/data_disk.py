@@ -70,7 +70,7 @@ class DataDiskGuard:
 
     async def _keep_fresh(self) -> None:
         try:
-            while time.monotonic() < self._active_until and not self._closed:
+            while time.monotonic() < self._active_until:
                 await asyncio.shield(self._look_once())
                 if self._state is not None and self._state[1] == "data_readonly":
                     return  # no change to wait for: each write request looks (≤ 2/s)
