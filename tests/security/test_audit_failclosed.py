@@ -75,14 +75,14 @@ async def test_full_disk_means_nothing_runs(tiny_fs: Path) -> None:
     assert verify_store(data).ok
 
 
-async def _try_to_run(data: Path) -> dict:
+async def _try_to_run(data: Path, policy: Path) -> dict:
     audit, backend = AuditLog(data), FakeBackend()
     out: dict = {"open": "ok", "exec": "ran"}
     try:
         await audit.open()
     except AuditUnavailable:
         out["open"] = "AuditUnavailable"
-    engine = PolicyEngine.from_file(ROOT / "policies" / "default.yaml")
+    engine = PolicyEngine.from_file(policy)
     ex = Executor(engine=engine, backend=backend, audit=audit, resolve_image=str)
     try:
         await ex.execute(Subject(tenant="t"), PY, RUN)
@@ -93,8 +93,9 @@ async def _try_to_run(data: Path) -> dict:
     return out
 
 
-def _as_nobody(data: Path) -> dict:
-    """Run `_try_to_run` in a forked child that dropped to uid/gid 65534 (no exec needed)."""
+def _as_nobody(data: Path, policy: Path) -> dict:
+    """Run `_try_to_run` in a forked child that dropped to uid/gid 65534 (no exec needed).
+    ``policy`` must be a copy nobody can read: the checkout may live under a 0700 dir."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns into pytest
@@ -104,7 +105,7 @@ def _as_nobody(data: Path) -> dict:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
-            result = asyncio.run(_try_to_run(data))
+            result = asyncio.run(_try_to_run(data, policy))
             os.write(write, json.dumps(result).encode())
             code = 0
         except BaseException as exc:  # report, never fall through into the parent's code
@@ -125,11 +126,14 @@ def test_read_only_store_means_nothing_runs(what: str) -> None:
     base = Path(tempfile.mkdtemp(prefix="navi-audit-ro-"))
     try:
         os.chmod(base, 0o755)
+        policy = base / "default.yaml"  # nobody's own readable copy, wherever the checkout is
+        shutil.copyfile(ROOT / "policies" / "default.yaml", policy)
+        os.chmod(policy, 0o644)
         data = base / "data"
         data.mkdir()
         os.chown(data, NOBODY, NOBODY)
         if what != "fresh-dir":
-            assert _as_nobody(data) == {"open": "ok", "exec": "ran", "requests": 1}
+            assert _as_nobody(data, policy) == {"open": "ok", "exec": "ran", "requests": 1}
         if what in ("dir", "fresh-dir"):
             os.chmod(data, 0o500)
         if what == "db":
@@ -138,7 +142,7 @@ def test_read_only_store_means_nothing_runs(what: str) -> None:
                     os.chmod(data / name, 0o400)
         if what == "mirror":
             os.chmod(data / "audit.jsonl", 0o400)
-        out = _as_nobody(data)
+        out = _as_nobody(data, policy)
         assert out == {"open": "AuditUnavailable", "exec": "AuditUnavailable", "requests": 0}
     finally:
         shutil.rmtree(base, ignore_errors=True)
