@@ -1,4 +1,8 @@
-"""`memory`: long-term notes per tenant (save, full-text search, forget); no code runs."""
+"""`memory`: long-term notes per tenant (save, full-text search, forget); no code runs.
+
+A save or a forget is audited (`memory.save`, `memory.forget`) before it is made: no audit,
+no change. The record names the memory (`memory:<id>`) and the saved text's digest and size,
+never the text."""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.audit.records import sha256_hex
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult, record_change
 from runtime.tools.memory_store import MAX_CONTENT_CHARS, MemoryStore
 
 
@@ -46,10 +51,14 @@ class MemoryTool(BuiltinTool[MemoryParams]):
     async def execute(self, params: MemoryParams, ctx: ToolContext) -> ToolResult:
         if params.action == "save":
             assert params.content is not None
+            text = params.content.strip()
+            await record_change(ctx, "memory.save", "memory", detail=(
+                f"sha256:{sha256_hex(text.encode())} chars:{len(text)}"))
             memory_id = await self.store.save(ctx.tenant, params.content, params.tags)
             return ToolResult.ok(f"saved memory {memory_id}", id=memory_id)
         if params.action == "forget":
             assert params.id is not None
+            await record_change(ctx, "memory.forget", f"memory:{params.id}")
             await self.store.forget(ctx.tenant, params.id)
             return ToolResult.ok(f"forgot memory {params.id}", id=params.id)
         hits = await self.store.search(ctx.tenant, params.query or "", params.limit)

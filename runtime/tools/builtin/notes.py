@@ -1,4 +1,8 @@
-"""`todo` and `scratchpad`: the agent's per-session plan and notes (no code runs)."""
+"""`todo` and `scratchpad`: the agent's per-session plan and notes (no code runs).
+
+Every change (a todo add/update/remove/clear/set, a scratchpad write/append/clear) is audited
+as `note.write` before it is made (object `todo`, `scratchpad` or `note:<name>`, detail the
+action): no audit, no change. Reads and lists are not recorded."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult, record_change
 from runtime.tools.notes_store import (
     MAX_SCRATCHPAD_CHARS,
     MAX_TODO_CHARS,
@@ -72,6 +76,8 @@ class TodoTool(BuiltinTool[TodoParams]):
 
     async def execute(self, params: TodoParams, ctx: ToolContext) -> ToolResult:
         t, s = ctx.tenant, ctx.session
+        if params.action != "list":
+            await record_change(ctx, "note.write", "todo", detail=params.action)
         if params.action == "add":
             assert params.title is not None
             new_id = await self.notes.add_todo(t, s, params.title, params.status or "pending")
@@ -144,6 +150,8 @@ class ScratchpadTool(BuiltinTool[ScratchpadParams]):
                 return ToolResult.fail(f"no note named {params.name!r}; "
                                        "scratchpad list shows the names")
             return ToolResult.ok(current or f"(the {label} is empty)", chars=len(current or ""))
+        obj = f"note:{params.name}" if params.name else "scratchpad"
+        await record_change(ctx, "note.write", obj, detail=params.action)
         if params.action == "clear":
             await self._put(t, s, params.name, "")
             return ToolResult.ok(f"{label} cleared", chars=0)
