@@ -8,11 +8,13 @@
     │   └── DiskQuotaExceeded       a session's or tenant's disk quota (413 disk_quota)
     ├── DiskFull                    the server's data disk has no room (507)
     ├── Unauthorized                missing or bad token (401)
+    │   └── TokenRevoked            a running turn's token was revoked or expired
     ├── Forbidden                   wrong role (403)
     │   └── PolicyDenied            the policy engine said deny (403, names the rule)
     ├── NotFound                    unknown, or another tenant's (404)
     ├── Conflict                    state does not allow it (409)
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
+    │   └── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
     ├── LLMError                    the model server answered badly (502)
@@ -66,6 +68,12 @@ class Unauthorized(NaviError):
     code = "unauthorized"
 
 
+class TokenRevoked(Unauthorized):
+    """The token a running agent turn acts with was revoked or expired: the turn stops."""
+
+    code = "token_revoked"
+
+
 class Forbidden(NaviError):
     code = "forbidden"
 
@@ -92,6 +100,12 @@ class QuotaExceeded(NaviError):
     def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
         super().__init__(message, retry_after=retry_after, **details)
         self.retry_after = retry_after
+
+
+class RefusalRateExceeded(QuotaExceeded):
+    """A tenant past its rate of refused calls: this refusal is answered, not recorded."""
+
+    code = "refusal_rate"
 
 
 class AuditUnavailable(NaviError):

@@ -8,7 +8,9 @@ Events, in order, all carrying `turn_id`:
   `exec_output`* {exec_id,stream,data}, `tool_result` {tool,success,output,exec_id,...};
 - exactly one ending: `stream_end` {content, stop_reason, usage, iterations} where
   stop_reason is `stop` (final answer), `max_iterations`, `stalled`, `cancelled` or
-  `too_long`; or `error` {code, message} when the model server failed.
+  `too_long`; or `error` {code, message} when the model server failed, or `token_revoked`
+  when the turn's token was revoked or expired (checked before every model step and every
+  tool call, sub-agents' too: `runtime.agent.token_check`).
 Everything the turn produced is stored as it happens (user, assistant and tool rows).
 """
 
@@ -40,6 +42,7 @@ from runtime.agent.llm.types import (
 )
 from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import annotate, system_prompt
+from runtime.agent.token_check import check_token
 from runtime.agent.tool_runner import Stalled, ToolRunner
 from runtime.errors import NaviError
 from runtime.events import ErrorEvent, StopReason, StreamEnd, StreamStart
@@ -175,6 +178,7 @@ class Turn:
         last_text = ""
         for iteration in range(1, s.profile.max_iterations + 1):
             self.iterations = self.events.iteration = iteration
+            await check_token(s.services.store, s.subject)
             messages = await builder.build(system, tools, images, functools.partial(
                 annotate, profile=s.profile, iteration=iteration, goal=s.content,
                 failed_calls=failed))
@@ -205,6 +209,7 @@ class Turn:
                     failed.add(call.id)
                     continue
                 assert self.runner is not None  # made by _offer
+                await check_token(s.services.store, s.subject)
                 outcome = await self.runner.run(call)
                 if not outcome.success:
                     failed.add(call.id)
