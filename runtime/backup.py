@@ -51,6 +51,7 @@ from runtime.audit.backup import (
     live_instances,
     lock_instance,
     sqlite_backup,
+    write_new_file,
 )
 from runtime.audit.mirror import fsync_dir
 from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
@@ -154,7 +155,7 @@ def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
                               first_bad_seq=report.first_bad_seq, reason=report.reason)
             if report is not None else Verified(ok=True, records=0),
         )
-        _write_new(work / MANIFEST, manifest.model_dump_json(indent=1).encode() + b"\n")
+        write_new_file(work / MANIFEST, manifest.model_dump_json(indent=1).encode() + b"\n")
         fsync_dir(work)
         if dest.exists():
             dest.rmdir()
@@ -238,14 +239,6 @@ def _store_summary(path: Path) -> dict[str, int]:
             except sqlite3.Error:
                 continue
     return summary
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 # -- restore -----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from runtime.audit.signing import Checkpoint
 from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, INSTANCES_DIR, MIRROR_NAME
 
 __all__ = ["AuditCopy", "backup_audit", "fsync_file", "live_instances", "lock_instance",
-           "sqlite_backup"]
+           "sqlite_backup", "write_new_file"]
 _CHUNK = 1 << 20
 
 
@@ -99,7 +99,8 @@ def backup_audit(data_dir: Path, dest: Path) -> AuditCopy:
     cp_seq = None
     if row is not None:
         cp = Checkpoint(seq=row[0], hash=row[1], ts=row[2], key_id=row[3], signature=row[4])
-        _write_new(dest / CHECKPOINT_NAME, (canonical_json(cp.model_dump()) + "\n").encode())
+        write_new_file(dest / CHECKPOINT_NAME,
+                       (canonical_json(cp.model_dump()) + "\n").encode())
         cp_seq = cp.seq
     fsync_dir(dest)
     return AuditCopy(records=count, head_seq=head_seq, head_hash=head_hash, mirror_lines=lines,
@@ -149,7 +150,8 @@ def _copy_lines(fd: int, out: BinaryIO, want: int, lines: int, offset: int) -> t
     return lines, offset
 
 
-def _write_new(path: Path, data: bytes) -> None:
+def write_new_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new 0600 file (never over an existing one), fsync'd."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
