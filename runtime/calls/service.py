@@ -124,7 +124,8 @@ class SessionToolCall:
     def refused(self, subject: Subject, request: CallRequest, error: str, code: str) -> None:
         """A call its caller refused before it got here (e.g. a tool the profile does not
         offer): counted, and reported as its `tool_result`."""
-        self.metrics.executions.labels(self.label(request.tool, found=False), code).inc()
+        self.metrics.executions.labels(subject.tenant, self.label(request.tool, found=False),
+                                       code).inc()
         self.hub.bus(subject.session).publish(ToolResultEvent(
             tool=request.tool[:TOOL_NAME_SHOWN], success=False, error=clip(error, EVENT_ERROR),
             exec_id=request.exec_id, code=code, **_origin(request)))
@@ -134,7 +135,7 @@ class SessionToolCall:
         try:
             tool = await self.registry.lookup(request.tool, subject)
         except NaviError as exc:  # no such tool
-            self._failed(bus, request, self.label(request.tool, found=False), exc)
+            self._failed(bus, subject, request, self.label(request.tool, found=False), exc)
             raise
         # one worker-thread hop (the registry's, bounded per tenant) for the blocking and
         # CPU-bound parts: the session's disk and directory, the arguments as events may
@@ -153,7 +154,8 @@ class SessionToolCall:
                 try:
                     await self.registry.refuse_invalid(tool, request.args, ctx, refused)
                 except NaviError as exc:  # bad arguments (or a denied tool's)
-                    self._failed(bus, request, self.label(request.tool, found=False), exc)
+                    self._failed(bus, subject, request, self.label(request.tool, found=False),
+                                 exc)
                     raise
                 finally:
                     refused = None  # the frame its traceback holds must not hold it
@@ -161,19 +163,20 @@ class SessionToolCall:
             if not request.announced:
                 bus.publish(ToolCallEvent(tool=request.tool[:TOOL_NAME_SHOWN], args=prep.shown,
                                           exec_id=request.exec_id, **_origin(request)))
-            self.metrics.active.inc()
+            active = self.metrics.active.labels(subject.tenant)
+            active.inc()
             try:
                 result = await self.registry.run(tool, prep.params, ctx)
             except NaviError as exc:
-                self._failed(bus, request, label, exc, announced=True)
+                self._failed(bus, subject, request, label, exc, announced=True)
                 raise
             finally:
-                self.metrics.active.dec()
+                active.dec()
         finally:
             prep.workspace.close()
         if result.execution is None and ctx.execution is not None:
             result = result.model_copy(update={"execution": ctx.execution})
-        self._count(label, result)
+        self._count(subject.tenant, label, result)
         bus.publish(_result_event(request, result, ctx.decision_rule))
         return result
 
@@ -191,24 +194,25 @@ class SessionToolCall:
             raise
         return _Prepared(path, workspace, shown, None, refusal)
 
-    def _count(self, label: str, result: ToolResult) -> None:
+    def _count(self, tenant: str, label: str, result: ToolResult) -> None:
         run = result.execution
         outcome = "ok" if result.success else "failed"
         if run is not None and run.timed_out:
             outcome = "timeout"
         elif run is not None and run.oom_killed:
             outcome = "oom"
-        self.metrics.executions.labels(label, outcome).inc()
+        self.metrics.executions.labels(tenant, label, outcome).inc()
         if run is not None:
-            self.metrics.duration.labels(label).observe(run.duration_ms / 1000)
+            self.metrics.duration.labels(tenant, label).observe(run.duration_ms / 1000)
 
-    def _failed(self, bus: SessionEventBus, request: CallRequest, label: str, exc: NaviError,
-                *, announced: bool = False) -> None:
+    def _failed(self, bus: SessionEventBus, subject: Subject, request: CallRequest, label: str,
+                exc: NaviError, *, announced: bool = False) -> None:
+        tenant = subject.tenant
         if isinstance(exc, PolicyDenied):
-            self.metrics.denials.labels(label, exc.rule).inc()
-            self.metrics.executions.labels(label, "denied").inc()
+            self.metrics.denials.labels(tenant, label, exc.rule).inc()
+            self.metrics.executions.labels(tenant, label, "denied").inc()
         else:
-            self.metrics.executions.labels(label, exc.code).inc()
+            self.metrics.executions.labels(tenant, label, exc.code).inc()
         if announced or request.announced:
             bus.publish(ToolResultEvent(
                 tool=request.tool[:TOOL_NAME_SHOWN], success=False,

@@ -40,12 +40,36 @@ def test_metrics_count_executions(server: Server) -> None:
     with server.client(server.token_for(tenant, "auditor")) as auditor:
         resp = auditor.get("/v1/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    assert 'navi_executions_total{outcome="ok",tool="todo"}' in resp.text
-    assert 'navi_policy_denials_total{rule="profiles.secretary.deny[group:exec]"' in resp.text
-    assert "navi_audit_write_seconds_count 0.0" not in resp.text
+    assert f'navi_executions_total{{outcome="ok",tenant="{tenant}",tool="todo"}}' in resp.text
+    assert ('navi_policy_denials_total{rule="profiles.secretary.deny[group:exec]",'
+            f'tenant="{tenant}"') in resp.text
     for name in ("navi_execution_duration_seconds", "navi_active_executions",
-                 "navi_policy_denials", "navi_audit_write_seconds"):
+                 "navi_policy_denials"):
         assert name in resp.text
+    assert "navi_audit_write_seconds" not in resp.text  # server-wide: the operator's only
+    with server.client(server.admin_token) as admin:
+        everything = admin.get("/v1/metrics").text
+    assert "navi_audit_write_seconds_count 0.0" not in everything
+    assert f'navi_executions_total{{outcome="ok",tenant="{tenant}",tool="todo"}}' in everything
+
+
+def test_metrics_show_a_tenant_only_its_own_series(server: Server) -> None:
+    a, a_user = server.tenant_with_user()
+    b, b_user = server.tenant_with_user()
+    for user in (a_user, b_user):
+        with server.client(user) as client:
+            session = client.post("/v1/sessions", json={}).json()["id"]
+            client.post(f"/v1/sessions/{session}/exec", json={"tool": "todo",
+                                                             "args": {"action": "list"}})
+    for role in ("auditor", "tenant_admin"):
+        with server.client(server.token_for(b, role)) as reader:
+            text = reader.get("/v1/metrics").text
+        samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert samples and all(f'tenant="{b}"' in line for line in samples), samples
+        assert a not in text
+    with server.client(server.admin_token) as admin:
+        text = admin.get("/v1/metrics").text
+    assert f'tenant="{a}"' in text and f'tenant="{b}"' in text
 
 
 def test_without_admin_env_a_token_file_is_made_once(tmp_path) -> None:  # noqa: ANN001

@@ -244,7 +244,7 @@ def test_metric_tool_labels_come_from_a_closed_set() -> None:
     metrics = Metrics()
     for i in range(50):
         name = metrics.tool_label(f"random{i}", builtins, found=i % 2 == 0)
-        metrics.executions.labels(name, "not_found").inc()
+        metrics.executions.labels("t_one", name, "not_found").inc()
     text = metrics.render().decode()
     series = [line for line in text.splitlines() if line.startswith("navi_executions_total{")]
     assert len(series) == 2

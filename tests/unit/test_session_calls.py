@@ -21,7 +21,7 @@ PY = {"language": "python", "code": "print(42)"}
 
 def counted(h: AgentHarness, tool: str, outcome: str) -> float:
     value = h.services.metrics.registry.get_sample_value(
-        "navi_executions_total", {"tool": tool, "outcome": outcome})
+        "navi_executions_total", {"tenant": h.subject.tenant, "tool": tool, "outcome": outcome})
     return value or 0.0
 
 
@@ -74,7 +74,8 @@ async def test_a_denial_is_counted_with_its_rule(tmp_path: Path) -> None:
             await h.services.calls(h.subject, CallRequest(
                 tool="code_exec", args={"language": "bash", "code": "id"}))
         denials = h.services.metrics.registry.get_sample_value(
-            "navi_policy_denials_total", {"tool": "code_exec", "rule": denied.value.rule})
+            "navi_policy_denials_total",
+            {"tenant": h.subject.tenant, "tool": "code_exec", "rule": denied.value.rule})
         (call, result) = [e.as_json() for e in h.bus.replay]
     assert denials == 1 and call["type"] == "tool_call"
     assert result["rule"] == denied.value.rule and "denied by policy" in result["error"]

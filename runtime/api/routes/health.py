@@ -17,6 +17,9 @@ async def healthz() -> HealthOut:
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics(request: Request, _: AuditReader) -> Response:
-    data = get_services(request).metrics.render()
+async def metrics(request: Request, principal: AuditReader) -> Response:
+    """The operator's admin sees every series; a tenant's auditor or tenant admin only the
+    series of its own tenant's calls (`Metrics.render`)."""
+    scope = None if principal.role == "admin" else principal.tenant_id
+    data = get_services(request).metrics.render(scope)
     return Response(data, media_type="text/plain; version=0.0.4; charset=utf-8")
