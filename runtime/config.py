@@ -60,6 +60,14 @@ class Settings(BaseSettings):
     sandbox_uid_base: int = Field(
         200000, ge=1000, le=2**31 - 2**20, description="Tenants' sandbox uids are taken from "
         "here upwards (one per tenant, stable, never one in the host's passwd).")
+    host_passwd: Path | None = Field(
+        None, description="The host's passwd file when the supervisor runs in a container "
+        "(docker-compose mounts it at /host/etc/passwd): no sandbox or model uid is one it "
+        "lists. Unset: this system's accounts.")
+    embedded_uid: int | None = Field(
+        None, ge=1000, le=2**31 - 1, description="uid:gid the embedded model's build and "
+        "server run as when the supervisor is root (default: sandbox_uid_base - 1, below every "
+        "tenant's; never one in the host's passwd).")
     disk_reserve_mb: int = Field(
         1024, ge=0, description="Free space kept on the data disk: a session disk is made only "
         "while what all session disks may still grow by fits beside it.")

@@ -99,7 +99,8 @@ class Services:
         """The uid the tenant's sandboxes run as (stable; cached once known)."""
         uid = self._sandbox_uids.get(tenant_id)
         if uid is None:
-            uid = await self.store.tenant_sandbox_uid(tenant_id, self.settings.sandbox_uid_base)
+            uid = await self.store.tenant_sandbox_uid(tenant_id, self.settings.sandbox_uid_base,
+                                                      self.settings.host_passwd)
             self._sandbox_uids[tenant_id] = uid
         return uid
 

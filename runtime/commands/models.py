@@ -5,7 +5,8 @@ the embedded Gemma 3 270M (`runtime.agent.llm.embedded`), whose first use builds
 about five minutes on two cores. `navi models install` does that build now, into the same
 place the server uses (`NAVI_EMBEDDED_DIR`, default `<data_dir>/embedded`), printing each
 phase and the time it took; it does nothing when the model is already there (`--force`
-redoes it). The build runs with a scrubbed environment (no NAVI_* secrets) and exact pins.
+redoes it). The build runs with a scrubbed environment (no NAVI_* secrets) and exact pins,
+as the model's own uid when we are root (`runtime.agent.llm.embedded_confine`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory
 def _server(data_dir: Path | None) -> EmbeddedServer:
     settings = Settings(data_dir=data_dir) if data_dir else Settings()
     directory = settings.embedded_dir or settings.data_dir / "embedded"
-    return EmbeddedServer(directory.resolve())
+    return EmbeddedServer(directory.resolve(), uid=settings.embedded_uid,
+                          uid_base=settings.sandbox_uid_base, passwd=settings.host_passwd)
 
 
 @app.command("install")
@@ -70,5 +72,9 @@ def status(data_dir: DataDir = None) -> None:
     typer.echo(f"embedded model {MODEL_ALIAS}: {state}")
     typer.echo(f"directory: {server.directory}")
     typer.echo(f"packages: {', '.join(PACKAGES)}")
+    try:
+        typer.echo(f"runs as: {server.user().note}")
+    except NaviError as exc:
+        typer.echo(f"runs as: cannot run: {exc.message}")
     if not server.installed() and not any(shutil.which(c) for c in ("c++", "g++")):
         typer.echo("note: building it needs a C++ compiler (apt-get install g++)")

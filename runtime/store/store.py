@@ -12,7 +12,6 @@ memory) that add their own migrations and queries.
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import sqlite3
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import aiosqlite
 
 from runtime.errors import ConfigError, Conflict, InvalidInput, NotFound
+from runtime.hostusers import host_has_uid
 from runtime.logging import get_logger
 from runtime.store import ids
 from runtime.store.migrations import apply_migrations
@@ -39,14 +39,6 @@ from runtime.store.tokens import TOKEN_MAX_CHARS, TokenMethods, hash_token
 
 log = get_logger(__name__)
 
-
-def host_has_uid(uid: int) -> bool:
-    """A uid some host account uses: a sandbox must never run as it."""
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
 
 BOOTSTRAP_MIN_CHARS = 16
 ADMIN_TENANT = "admin"
@@ -164,9 +156,11 @@ class Store(TokenMethods):
         rows = await self._all("SELECT id, name, created_at FROM tenants ORDER BY created_at", ())
         return [Tenant(**dict(r)) for r in rows]
 
-    async def tenant_sandbox_uid(self, tenant_id: str, base: int) -> int:
+    async def tenant_sandbox_uid(self, tenant_id: str, base: int,
+                                 passwd: Path | None = None) -> int:
         """The tenant's own sandbox uid, given on first use and kept: the lowest free uid
-        from ``base`` up that no host account (passwd) has. ``NotFound`` for no tenant."""
+        from ``base`` up that no host account has (``passwd``: the host's passwd file when
+        ours is a container's, see ``runtime.hostusers``). ``NotFound`` for no tenant."""
         row = await self._one("SELECT sandbox_uid FROM tenants WHERE id = ?", (tenant_id,))
         if row is None:
             raise NotFound("no such tenant")
@@ -175,7 +169,7 @@ class Store(TokenMethods):
         for _ in range(100):  # another process may take the same uid first: try the next
             top = await self._one("SELECT MAX(sandbox_uid) AS top FROM tenants", ())
             uid = max(base, int(top["top"]) + 1 if top and top["top"] is not None else base)
-            while host_has_uid(uid):
+            while host_has_uid(uid, passwd):
                 uid += 1
             try:
                 await self._db.execute(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from runtime.agent.llm.embedded import EmbeddedServer, child_env, pip_phase
+from runtime.agent.llm.embedded import EmbeddedServer, pip_phase
+from runtime.agent.llm.embedded_confine import CHILD_ENV, base_python, prepare
 from runtime.agent.llm.fallback import FallbackBackend
 from runtime.agent.llm.types import Notice
 from runtime.cli import app
@@ -27,13 +30,21 @@ async def test_build_steps_never_see_the_supervisors_secrets(
     async def on_line(line: str) -> None:
         lines.append(line)
 
-    server = EmbeddedServer(tmp_path)
-    log = tmp_path / "install.log"
-    code = "import json, os; print(json.dumps(dict(os.environ)))"
-    await server._run([sys.executable, "-c", code], log, 30, on_line)  # noqa: SLF001
-    seen = json.loads(lines[0])
-    assert SECRET not in json.dumps(seen) and SECRET not in log.read_text()
-    assert "PATH" in seen and set(seen) <= set(child_env()) | {"PATH", "HOME", "LANG"}
+    base = Path(tempfile.mkdtemp(prefix="navi-models-"))  # pytest's are 0700: out of reach
+    try:
+        os.chmod(base, 0o755)
+        server = EmbeddedServer(base / "embedded")
+        prepare(server.directory, server.user(), fresh=True)
+        log = server.directory / "install.log"
+        code = "import json, os; print(json.dumps(dict(os.environ)))"
+        await server._run([base_python(server.user()), "-c", code], log, 30,  # noqa: SLF001
+                          on_line)
+        seen = json.loads(lines[0])
+        assert SECRET not in json.dumps(seen) and SECRET not in log.read_text()
+        assert "PATH" in seen and set(seen) <= set(CHILD_ENV) | {
+            "HOME", "TMPDIR", "PIP_CACHE_DIR", "PYTHONNOUSERSITE"}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_pip_output_names_the_phase() -> None:
@@ -73,7 +84,7 @@ def test_models_status_and_install_when_installed(tmp_path: Path) -> None:
     server.python.write_text("")
     server.model_path.write_text("")
     from runtime.agent.llm.embedded import PACKAGES
-    server.stamp.write_text(json.dumps({"packages": list(PACKAGES),
+    server.stamp.write_text(json.dumps({"packages": list(PACKAGES), "sha256": "0" * 64,
                                         "model": str(server.model_path)}))
     assert server.installed()
     done = runner.invoke(app, ["models", "install", "--data-dir", str(tmp_path)])

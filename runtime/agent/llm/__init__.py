@@ -49,5 +49,6 @@ def build_backend(settings: Settings) -> LLMBackend:
     if settings.embedded_model == "off":
         return primary
     directory = settings.embedded_dir or settings.data_dir / "embedded"
-    return FallbackBackend(primary, EmbeddedServer(directory.resolve()),
-                           timeout_s=settings.llm_timeout_s)
+    server = EmbeddedServer(directory.resolve(), uid=settings.embedded_uid,
+                            uid_base=settings.sandbox_uid_base, passwd=settings.host_passwd)
+    return FallbackBackend(primary, server, timeout_s=settings.llm_timeout_s)

