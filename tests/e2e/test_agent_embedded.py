@@ -2,8 +2,9 @@
 llama-cpp-python's server with Gemma 3 270M on loopback and the agent answers with it.
 
 Slow: the first install builds llama.cpp (about 5 minutes on two cores). It runs when the
-model is already installed in `NAVI_TEST_EMBEDDED_DIR` (default `~/.cache/navi/embedded`),
-or when `NAVI_TEST_EMBEDDED=1` asks for the install; otherwise it is skipped.
+model is already installed in `NAVI_TEST_EMBEDDED_DIR` (default `/var/cache/navi/embedded`
+as root, whose model uid cannot reach into /root; else `~/.cache/navi/embedded`), or when
+`NAVI_TEST_EMBEDDED=1` asks for the install; otherwise it is skipped.
 
 The second test is issue 6's "Done when" with this model: it runs `code_exec` in a fresh
 container and answers from its output, all of it seen live over SSE and in the audit. The
@@ -23,8 +24,10 @@ from runtime.agent.llm.embedded import MODEL_ALIAS, EmbeddedServer
 from tests.e2e.conftest import start_server, stop_server
 from tests.e2e.test_agent_api import audit_of, closed_port_url, new_session, send, watch
 
+# As root the model runs as a uid of its own, which cannot reach into /root: not ~/.cache
 EMBEDDED_DIR = Path(os.environ.get("NAVI_TEST_EMBEDDED_DIR")
-                    or Path.home() / ".cache" / "navi" / "embedded")
+                    or (Path("/var/cache/navi/embedded") if os.geteuid() == 0
+                        else Path.home() / ".cache" / "navi" / "embedded"))
 PROMPT = "Use code_exec to compute 2**100 in Python and tell me the result."
 RESULT = str(2**100)
 
@@ -70,6 +73,7 @@ def test_embedded_model_answers_when_no_server_does(tmp_path: Path) -> None:
                    for r in first)
     serving = [json.loads(line) for line in log.splitlines() if "embedded_model_serving" in line]
     assert serving and serving[0]["model"] == MODEL_ALIAS
+    assert serving[0]["uid"] != 0 or os.geteuid() != 0  # never as root: a uid of its own
     assert not Path(f"/proc/{serving[0]['pid']}").exists()  # the server went with navi serve
 
 

@@ -29,8 +29,10 @@ from runtime.agent.llm.types import (
 from runtime.tools.factory import build_tools
 from tests.fakes.llama_completions import FakeCompletions
 
+# As root the model runs as a uid of its own, which cannot reach into /root: not ~/.cache
 EMBEDDED_DIR = Path(os.environ.get("NAVI_TEST_EMBEDDED_DIR")
-                    or Path.home() / ".cache" / "navi" / "embedded")
+                    or (Path("/var/cache/navi/embedded") if os.geteuid() == 0
+                        else Path.home() / ".cache" / "navi" / "embedded"))
 
 
 @pytest.fixture(scope="module")
