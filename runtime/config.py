@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     disk_overcommit: float = Field(
         1.0, ge=1.0, description="How far session disks may overcommit the data disk's free "
         "space and a tenant's disk quota (1: not at all; session disks are sparse files).")
+    refusal_burst: int = Field(
+        20, ge=0, description="Refused calls (policy deny, quota) a tenant may have audited at "
+        "once; past it and `refusal_rate`, a refusal is a 429 `refusal_rate` with no record "
+        "(0: no limit).")
+    refusal_rate: float = Field(
+        5.0, gt=0, description="Refused calls per second a tenant's allowance refills by.")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
     tenant_cgroups: bool = Field(

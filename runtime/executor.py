@@ -31,8 +31,12 @@ Use (API routes, tools, the CLI)::
                                     # a state change that is not an execution: audited
                                     # (fsync) BEFORE it is applied; see its docstring
 
-Errors (all audited before they are raised, except ``AuditUnavailable`` itself):
+Errors (all audited before they are raised, except ``AuditUnavailable`` itself and
+``RefusalRateExceeded``: a tenant past its rate of refused calls, ``runtime.audit.refusals``,
+gets that 429 instead of its refusal and no record; calls that run are never limited):
 ``QuotaExceeded(retry_after)`` (audited ``denied``, rule ``quotas.<quota>``),
+``DiskQuotaExceeded`` from an invocation built after admission (a user tool's copy; audited
+``denied``, rule ``quotas.tenant_disk_mb``),
 ``PolicyDenied(rule)`` (audited ``denied``; an ``ask`` without an approver, or refused, is a
 denial too), ``AuditUnavailable`` (the intent could not be written: nothing ran; fail closed),
 ``SandboxError`` from the backend (audited as the outcome, ``detail`` = error code).
@@ -57,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -67,8 +72,9 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.audit.records import AuditEntry, StateChange, digest_json, sha256_hex
+from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
-from runtime.errors import NaviError, PolicyDenied, QuotaExceeded
+from runtime.errors import DiskQuotaExceeded, NaviError, PolicyDenied, QuotaExceeded
 from runtime.logging import after_this_step, get_logger
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
@@ -99,8 +105,8 @@ class Invocation(BaseModel):
     mounts: list[Mount] = Field(default_factory=list)
 
 
-InvocationFor = Callable[[Decision], Invocation]
-"""An invocation built from the decision (after it, before the intent)."""
+InvocationFor = Callable[[Decision], Invocation | Awaitable[Invocation]]
+"""An invocation built from the decision (after admission, before the intent)."""
 
 
 class SecretSource(Protocol):
@@ -164,6 +170,7 @@ class Executor:
         self, *, engine: PolicyEngine, backend: SandboxBackend, audit: AuditLog,
         resolve_image: Callable[[str], str], approver: Approver | None = None,
         quotas: QuotaTracker | None = None, secrets: SecretSource | None = None,
+        refusals: RefusalLimiter | None = None,
     ) -> None:
         self.engine = engine
         self.secrets = secrets
@@ -172,6 +179,7 @@ class Executor:
         self.resolve_image = resolve_image
         self.approver = approver
         self.quotas = quotas or QuotaTracker()
+        self.refusals = refusals or RefusalLimiter()
         self._running: dict[str, str] = {}  # exec_id -> session
         self._killed: dict[str, str] = {}  # exec_id -> why
         self._used: set[tuple[str, str]] = set()
@@ -202,14 +210,14 @@ class Executor:
                                                self.engine.quotas(subject.policy_tenant))
             except QuotaExceeded as exc:
                 quota = exc.quota if isinstance(exc, QuotaExceededFor) else "quota"
-                await self.audit.append(AuditEntry(
+                await self._refused(AuditEntry(
                     kind="denied", decision="deny", rule=f"quotas.{quota}", reason=exc.message,
                     **base))
                 raise
             try:
                 decision = await self._decide(subject, action, base, approver)
                 if not isinstance(invocation, Invocation):
-                    invocation = invocation(decision)
+                    invocation = await self._build(invocation, decision, base)
                 return await self._run(subject, action, invocation, decision, base, on_output)
             finally:
                 slot.release()
@@ -282,9 +290,28 @@ class Executor:
         return decision
 
     async def _deny(self, base: dict[str, Any], rule: str, reason: str) -> None:
-        await self.audit.append(AuditEntry(kind="denied", decision="deny", rule=rule,
-                                           reason=reason, **base))
+        await self._refused(AuditEntry(kind="denied", decision="deny", rule=rule,
+                                       reason=reason, **base))
         raise PolicyDenied(reason, rule=rule)
+
+    async def _refused(self, entry: AuditEntry) -> None:
+        """Record a refusal, unless its tenant is past its refusal rate: then that 429 is
+        raised instead, before anything is written."""
+        self.refusals.take(entry.tenant)
+        await self.audit.append(entry)
+
+    async def _build(self, build: InvocationFor, decision: Decision, base: dict[str, Any]
+                     ) -> Invocation:
+        """The invocation made once the call is admitted (a user tool's copy is made here);
+        a tenant disk quota it runs into is a refusal like the admission's."""
+        try:
+            built = build(decision)
+            return await built if inspect.isawaitable(built) else built
+        except DiskQuotaExceeded as exc:
+            await self._refused(AuditEntry(kind="denied", decision="deny",
+                                           rule="quotas.tenant_disk_mb", reason=exc.message,
+                                           **base))
+            raise
 
     async def _run(
         self, subject: Subject, action: Action, invocation: Invocation, decision: Decision,

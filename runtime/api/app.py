@@ -38,6 +38,7 @@ from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
 from runtime.api.session_profiles import SessionProfiles
+from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
 from runtime.errors import NaviError
@@ -83,13 +84,18 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         secrets = SecretStore(store, SecretBox.in_data_dir(settings.data_dir))
         executor = Executor(engine=policy, backend=backend, audit=audit,
                             resolve_image=lambda name: image_ref(name, settings),
-                            secrets=secrets)
+                            secrets=secrets,
+                            refusals=RefusalLimiter(burst=settings.refusal_burst,
+                                                    rate=settings.refusal_rate))
         hub = EventHub(ReplayLimits.from_settings(settings))
         subagents = SubAgents()  # bound to the services below, once they exist
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
                             search_url=settings.search_url,
                             profiles=SessionProfiles(policy, store, executor, hub),
-                            subagents=subagents)
+                            subagents=subagents, tenant_disk=workspaces)
+        copies = tools.user_tools.store
+        workspaces.count_also = copies.objects.tenant_bytes  # in the tenants' disk quotas
+        await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
         await tools.open()
         opened.append(tools.close)
         agent = AgentService.from_settings(settings)

@@ -47,6 +47,7 @@ from runtime.tools.user.lifecycle import (
     ToolTestTool,
     WriteToolTool,
 )
+from runtime.tools.user.objects import TenantDisk
 from runtime.tools.user.store import DEFAULT_SHIPPED_DIR, UserToolStore
 
 
@@ -77,12 +78,14 @@ def build_tools(
     search_url: str | None = None,
     profiles: ProfileDirectory | None = None,
     subagents: SubAgentRunner | None = None,
+    tenant_disk: TenantDisk | None = None,
 ) -> ToolServices:
-    """Every built-in tool, wired to its stores, in a registry that asks `policy`."""
+    """Every built-in tool, wired to its stores, in a registry that asks `policy`;
+    `tenant_disk` keeps the tenant disk quota user tools' copies count in."""
     data_dir = Path(data_dir)
     memory = MemoryStore.in_data_dir(data_dir)
     notes = NotesStore.in_data_dir(data_dir)
-    catalogs = UserToolCatalogs(UserToolStore(data_dir, shipped_dir))
+    catalogs = UserToolCatalogs(UserToolStore(data_dir, shipped_dir, disk=tenant_disk))
     tools: list[Tool] = [
         CodeExecTool(),
         TerminalTool(),

@@ -9,11 +9,12 @@ log and runs it with the session workspace (from the `ToolContext`) as working d
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from runtime.errors import SandboxError
 from runtime.executor import ExecOutcome, Invocation, InvocationFor
-from runtime.policy.decision import Action
+from runtime.policy.decision import Action, Decision
 from runtime.tools.base import ToolContext
 
 __all__ = ["ExecOutcome", "Invocation", "exec_metadata", "run_sandboxed"]
@@ -34,9 +35,13 @@ async def run_sandboxed(
             return ready.model_copy(update={"workspace": workspace})
         return ready
 
+    async def built(decision: Decision) -> Invocation:
+        assert not isinstance(invocation, Invocation)
+        ready = invocation(decision)
+        return in_workspace(await ready if inspect.isawaitable(ready) else ready)
+
     chosen: Invocation | InvocationFor = (
-        in_workspace(invocation) if isinstance(invocation, Invocation)
-        else lambda decision: in_workspace(invocation(decision)))
+        in_workspace(invocation) if isinstance(invocation, Invocation) else built)
     outcome: ExecOutcome = await ctx.executor.execute(
         ctx.subject, action, chosen,
         on_output=ctx.on_output, exec_id=ctx.exec_id, approver=ctx.approver,

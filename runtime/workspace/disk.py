@@ -14,8 +14,9 @@ Layout of one session (``root = <data_dir>/workspaces``)::
                              workspace/  the sandbox's /workspace, the tenant's uid, 0770
                              artifacts/  full outputs of truncated runs, root 0700
 
-The tenant's disk quota is kept by construction: the images of its live sessions together may
-not be larger than ``tenant_disk_mb`` (so 10 sessions of 1 GiB fill a 10 GiB quota). The
+The tenant's disk quota is kept by construction: the images of its live sessions together, with
+the copies of user tools its calls mount (``runtime.tools.user.objects``), may not be larger
+than ``tenant_disk_mb`` (so 10 sessions of 1 GiB fill a 10 GiB quota). The
 data filesystem is kept by admission: a new image is made only while what all images may
 still grow by fits in its free space, less a reserve (``NAVI_DISK_RESERVE_MB``).
 ``NAVI_DISK_OVERCOMMIT`` > 1 relaxes both knowingly (sparse images rarely fill up; the test
@@ -110,22 +111,29 @@ class SessionDisks:
                 total += max(0, st.st_size - st.st_blocks * 512)
         return total
 
-    def admit(self, tenant_dir: Path, size: int, tenant_limit: int) -> None:
-        """``DiskQuotaExceeded`` past the tenant's quota, ``DiskFull`` when the data
-        filesystem could not hold what the images may grow to."""
+    def admit(self, tenant_dir: Path, size: int, tenant_limit: int, *, also: int = 0) -> None:
+        """``DiskQuotaExceeded`` past the tenant's quota (``also``: its other bytes, the
+        tool copies), ``DiskFull`` when the data filesystem could not hold what the images
+        may grow to."""
         if not self.enabled:
             return
-        allocated = self.tenant_allocated(tenant_dir)
-        if allocated + size > tenant_limit * self.overcommit:
-            raise DiskQuotaExceeded(
-                f"the tenant's disk quota of {tenant_limit // MiB} MiB is taken by its sessions "
-                f"({allocated // MiB} MiB); delete a session first",
-                limit=tenant_limit)
+        self.admit_tenant_bytes(tenant_dir, size, tenant_limit, also=also)
         st = os.statvfs(self.root)
         free = st.f_bavail * st.f_frsize
         if (self._growth_left() + size) > (free - self.reserve_bytes) * self.overcommit:
             raise DiskFull("the server's data disk has no room for another session; "
                            "ask the operator to free space")
+
+    def admit_tenant_bytes(self, tenant_dir: Path, size: int, tenant_limit: int, *,
+                           also: int) -> None:
+        """``DiskQuotaExceeded`` unless ``size`` more bytes fit in the tenant's quota beside
+        its images and ``also`` (checked whether or not sessions have disks)."""
+        allocated = self.tenant_allocated(tenant_dir) + also
+        if allocated + size > tenant_limit * self.overcommit:
+            raise DiskQuotaExceeded(
+                f"the tenant's disk quota of {tenant_limit // MiB} MiB is taken by its sessions "
+                f"and tool copies ({allocated // MiB} MiB); delete a session first",
+                limit=tenant_limit)
 
     # -- life cycle -----------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ import errno
 import os
 import shutil
 import stat
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runtime.config import Settings
@@ -60,6 +62,9 @@ class Workspaces:
         # Only root can hand files to another uid; otherwise files stay ours (tests, dev).
         self._is_root = os.geteuid() == 0
         self._guard: MountGuard | None = None
+        # the tenant's bytes kept outside its sessions (its tool copies): counted in its quota
+        self.count_also: Callable[[str], int] = lambda tenant_id: 0
+        self._admission = threading.Lock()  # one admission against tenant quotas at a time
 
     @classmethod
     def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None
@@ -140,9 +145,11 @@ class Workspaces:
         size = disk_bytes if disk_bytes is not None else self.limits.max_disk_bytes
         session_dir = self.session_dir(tenant_id, session_id)
         os.close(self._tenant_fd(tenant_id, create=True))
-        self.disks.admit(session_dir.parent, size,
-                         tenant_disk_bytes if tenant_disk_bytes is not None else 2**62)
-        self.disks.create(session_dir, size)
+        with self._admission:
+            self.disks.admit(session_dir.parent, size,
+                             tenant_disk_bytes if tenant_disk_bytes is not None else 2**62,
+                             also=self.count_also(tenant_id))
+            self.disks.create(session_dir, size)
         session_fd = os.open(session_dir, _NOFOLLOW_DIR)
         try:
             for name, mode, who in ((WORKSPACE, SESSION_MODE, owner), (ARTIFACTS, 0o700, (0, 0))):
@@ -160,6 +167,16 @@ class Workspaces:
         log.info("workspace_created", tenant=tenant_id, session=session_id, uid=owner[0],
                  disk_mib=size // (1024 * 1024) if self.disks.enabled else None)
         return session_dir / WORKSPACE
+
+    @contextlib.contextmanager
+    def admitting(self, tenant_id: str, size: int, also: int, limit: int) -> Iterator[None]:
+        """Admit ``size`` bytes the tenant keeps outside its sessions (a tool copy; ``also``:
+        those it keeps already) against its quota ``limit``, beside its session disks;
+        ``DiskQuotaExceeded`` when they would not fit. No session is made meanwhile."""
+        with self._admission:
+            self.disks.admit_tenant_bytes(self.root / check_tenant_id(tenant_id), size, limit,
+                                          also=also)
+            yield
 
     def open(self, tenant_id: str, session_id: str) -> Workspace:
         """The session's ``Workspace`` (close it, or use ``with``). ``NotFound`` if absent."""

@@ -129,7 +129,8 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     [mount] = req.mounts
     assert mount.target == TOOL_MOUNT and mount.read_only
     # an immutable copy named by its hash is mounted, never the path write_tool replaces
-    assert mount.source.name == f"{digest}.py" and mount.source.parent.name == ".objects"
+    assert mount.source.name == f"{digest}.py"
+    assert mount.source.parent == rig.services.user_tools.store.root / ".objects" / "t1"
     assert mount.source.read_bytes() == (
         rig.services.user_tools.store.tenant_dir("t1") / "shout.py").read_bytes()
     assert req.argv[-1] == digest and "NAVI_TOOL_SHA256" not in req.env

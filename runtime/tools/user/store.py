@@ -11,7 +11,8 @@ Two sources, never mixed up:
 Files are only ever *read* here (never imported). Every open is relative to the directory's
 fd with `O_NOFOLLOW`, must be a regular file, and is size-capped. Writes go to a temporary
 file, are fsynced and renamed into place. Each file loads on its own: a broken file becomes
-an entry in `ToolCatalog.errors` and does not hide the others.
+an entry in `ToolCatalog.errors` and does not hide the others. What a sandbox mounts is a
+copy made per admitted call (`runtime.tools.user.objects`), removed once nothing refers to it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import secrets
 import stat
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,11 +41,11 @@ from runtime.tools.user.descriptor import (
     content_hash,
     parse_descriptor,
 )
+from runtime.tools.user.objects import OBJECTS_DIR, DiskAdmit, TenantDisk, ToolObjects, admit_alone
 
 DEFAULT_SHIPPED_DIR = PROJECT_ROOT / "tools"
 ENABLED_FILE = "enabled.json"
 HASHES_FILE = "hashes.json"
-OBJECTS_DIR = ".objects"  # content-addressed copies that sandboxes mount (never a tenant id)
 MAX_TOOLS_PER_DIR = 200
 MAX_INDEX_BYTES = 1024 * 1024
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -142,11 +144,14 @@ class UserToolStore:
         shipped_dir: Path | None = DEFAULT_SHIPPED_DIR,
         *,
         reserved: frozenset[str] = BUILTIN_TOOLS,
+        disk: TenantDisk | None = None,
     ) -> None:
         self.root = Path(data_dir).resolve() / "tools"
         self.shipped_dir = Path(shipped_dir).resolve() if shipped_dir is not None else None
         self.reserved = frozenset(reserved)
         self._lock = threading.Lock()
+        self.objects = ToolObjects(self.root / OBJECTS_DIR)
+        self.disk = disk  # keeps the tenant disk quota the copies count in
 
     # ---- locations -------------------------------------------------------------------
 
@@ -283,26 +288,37 @@ class UserToolStore:
             )
         return source
 
-    def snapshot(self, tool: LoadedUserTool) -> Path:
-        """An immutable copy of the tool's verified bytes, named by their SHA-256: what a
-        sandbox mounts, so what runs is exactly the content the intent's ``tool_hash`` names
-        (the tool's own path may be replaced at any moment by ``write_tool``)."""
-        source = self.read_verified(tool)
-        digest = content_hash(source)
-        objects = self.root / OBJECTS_DIR
-        objects.mkdir(mode=0o700, parents=True, exist_ok=True)
-        dir_fd = _open_dir(objects)
-        try:
-            name = f"{digest}.py"
-            try:
-                if content_hash(_read_at(dir_fd, name, MAX_TOOL_BYTES)) == digest:
-                    return objects / name
-            except FileNotFoundError:
-                pass
-            _write_at(dir_fd, name, source, 0o444)  # absent or damaged: (re)made whole
-        finally:
-            os.close(dir_fd)
-        return objects / name
+    def acquire(self, tenant: str, tool: LoadedUserTool, admit: DiskAdmit) -> Path:
+        """An immutable copy of the tool's verified bytes, named by their SHA-256, in the
+        calling tenant's copies: what a sandbox mounts, so what runs is exactly the content
+        the intent's ``tool_hash`` names (the tool's own path may be replaced at any moment
+        by ``write_tool``). Called once the call is admitted; ``admit`` refuses a copy past
+        the tenant's disk quota. Pair with ``release``."""
+        return self.objects.acquire(check_tenant(tenant), lambda: self.read_verified(tool),
+                                    admit)
+
+    def admit_copy(self, tenant: str, size: int, also: int, *, limit: int
+                   ) -> AbstractContextManager[None]:
+        """Refuse (``DiskQuotaExceeded``) a copy past the tenant's ``limit`` bytes."""
+        admit = self.disk.admitting if self.disk is not None else admit_alone
+        return admit(tenant, size, also, limit)
+
+    def release(self, tenant: str, copy: Path) -> None:
+        self.objects.release(check_tenant(tenant), copy)
+
+    def current_hashes(self, tenant: str) -> set[str]:
+        """The SHA-256s a copy of the tenant's may still be wanted for: the versions of its
+        own and the shipped tools that load now (a replaced or deleted version cannot run:
+        ``read_verified`` refuses it)."""
+        return {t.descriptor.sha256 for t in self.scan(tenant).tools.values()}
+
+    def collect(self, tenant: str) -> int:
+        """Remove the tenant's copies no current version and no running call refers to."""
+        return self.objects.collect(check_tenant(tenant), self.current_hashes(tenant))
+
+    def collect_all(self) -> int:
+        """`collect` for every tenant with copies (at start-up: nothing is running)."""
+        return sum(self.collect(t) for t in self.objects.tenants() if _TENANT.fullmatch(t))
 
     # ---- writing ---------------------------------------------------------------------
 
@@ -339,6 +355,7 @@ class UserToolStore:
                 _write_at(dir_fd, ENABLED_FILE, _dump(enabled), 0o600)
             finally:
                 os.close(dir_fd)
+        self.collect(tenant)  # the version it replaced, unless a call still runs it
         return descriptor
 
     def delete(self, tenant: str, name: str) -> None:
@@ -369,6 +386,7 @@ class UserToolStore:
             finally:
                 if dir_fd >= 0:
                     os.close(dir_fd)
+        self.collect(tenant)
 
     def _is_shipped(self, name: str) -> bool:
         return self.shipped_dir is not None and (self.shipped_dir / f"{name}.py").is_file()

@@ -1,12 +1,14 @@
 """A loaded user tool as a `Tool`: validated by its own JSON schema, run by the runner shim.
 
-The supervisor never imports the file. A call verifies the file still hashes to what was
-loaded and mounts an immutable copy named by that hash (``UserToolStore.snapshot``), then
-asks the Executor to run `python3 -I /opt/navi/runner.py` in the tools-runner image with the
-copy bind-mounted read-only at `/opt/navi/tool.py`, its hash as the runner's argument (the
-runner refuses other bytes and executes exactly the bytes it hashed, and reports the hash),
-the params as JSON on stdin and the session workspace as the working directory. The
-runner's single stdout line `{ok, result}` / `{ok: false, error}` becomes the `ToolResult`;
+The supervisor never imports the file. Once the Executor has admitted the call (quota,
+policy, approval), it verifies the file still hashes to what was loaded and mounts an
+immutable copy named by that hash, counted in the tenant's disk quota
+(``UserToolStore.acquire``; released when the run ends), and the Executor runs
+`python3 -I /opt/navi/runner.py` in the tools-runner image with the copy bind-mounted
+read-only at `/opt/navi/tool.py`, its hash as the runner's argument (the runner refuses
+other bytes and executes exactly the bytes it hashed, and reports the hash), the params
+as JSON on stdin and the session workspace as the working directory. The runner's single
+stdout line `{ok, result}` / `{ok: false, error}` becomes the `ToolResult`;
 the tool's own prints arrive on stderr (streamed live and kept in the metadata).
 
 The Action carries the file's SHA-256 (`tool_hash`) so the audit records exactly which code
@@ -16,12 +18,13 @@ ran and the policy can ask for approval when it changes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from runtime.errors import InvalidInput
-from runtime.policy.decision import Action
+from runtime.policy.decision import Action, Decision
 from runtime.sandbox.models import Mount
 from runtime.tools.base import Tool, ToolContext, ToolResult
 from runtime.tools.sandboxed import Invocation, exec_metadata, run_sandboxed
@@ -31,6 +34,7 @@ from runtime.tools.user.store import LoadedUserTool, UserToolStore
 TOOL_MOUNT = "/opt/navi/tool.py"
 RUNNER_ARGV = ["python3", "-I", "-B", "/opt/navi/runner.py"]
 MAX_PARAMS_BYTES = 1024 * 1024
+MiB = 1024 * 1024
 USER_TOOLS_GROUP = "group:user_tools"
 
 
@@ -116,9 +120,23 @@ async def run_user_tool(
     action: Action,
 ) -> ToolResult:
     """Run one user tool call in the sandbox (shared by the tool itself and `test_tool`)."""
-    # refuses a file changed since load; what is mounted is this copy, named by its hash
-    source = await asyncio.to_thread(store.snapshot, loaded)
-    outcome = await run_sandboxed(ctx, action, runner_call(loaded, params, source))
+    copies: list[Path] = []
+
+    async def admitted(decision: Decision) -> Invocation:
+        # after admission only: refuses a file changed since load, or a copy past the
+        # tenant's disk quota; what is mounted is this copy, named by its hash
+        limit = 0 if ctx.executor is None else \
+            ctx.executor.engine.quotas(ctx.subject.policy_tenant).tenant_disk_mb * MiB
+        copy = await asyncio.to_thread(store.acquire, ctx.tenant, loaded,
+                                       functools.partial(store.admit_copy, limit=limit))
+        copies.append(copy)
+        return runner_call(loaded, params, copy)
+
+    try:
+        outcome = await run_sandboxed(ctx, action, admitted)
+    finally:
+        for copy in copies:  # the run has ended (or never started): drop the reference
+            await asyncio.shield(asyncio.to_thread(store.release, ctx.tenant, copy))
     res = outcome.result
     stderr = res.stderr.decode("utf-8", errors="replace")
     meta = exec_metadata(outcome)

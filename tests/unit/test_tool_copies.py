@@ -1,0 +1,214 @@
+"""User tools' content-addressed copies: made only for admitted calls, counted in the tenant's
+disk quota, removed when nothing refers to them (real files, real audit log, real session
+disks where the machine has loop devices; the sandbox is the FakeBackend)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runtime.audit import AuditLog
+from runtime.config import PROJECT_ROOT
+from runtime.errors import DiskQuotaExceeded, QuotaExceeded
+from runtime.executor import Executor
+from runtime.policy import PolicyEngine, Subject
+from runtime.sandbox.fake import FakeBackend, FakeResponse
+from runtime.tools import ToolContext, ToolServices, build_tools
+from runtime.tools.user.objects import ToolObjects
+from runtime.workspace import Workspaces
+from runtime.workspace.disk import SessionDisks, loop_mounts_available
+
+MiB = 1024 * 1024
+TENANT = "t_" + "a" * 16
+OK = FakeResponse(stdout=b'{"ok": true, "result": "fine"}\n')
+
+
+def tool_source(name: str, version: int = 1) -> str:
+    return (f'name = "{name}"\ndescription = "Version {version}."\n'
+            'parameters = {"type": "object", "properties": {}}\n'
+            f"async def execute(params):\n    return 'v{version}'\n")
+
+
+@dataclass
+class Rig:
+    services: ToolServices
+    backend: FakeBackend
+    audit: AuditLog
+    executor: Executor
+    workspaces: Workspaces
+    workspace: Path
+
+    @property
+    def copies(self) -> Path:
+        return self.services.user_tools.store.root / ".objects" / TENANT
+
+    def listed(self) -> list[str]:
+        return sorted(p.name for p in self.copies.iterdir()) if self.copies.exists() else []
+
+    def ctx(self) -> ToolContext:
+        subject = Subject(tenant=TENANT, user="tok", profile="developer", session="s1")
+        return ToolContext(subject=subject, executor=self.executor,
+                           workspace_path=self.workspace)
+
+    async def invoke(self, tool: str, args: dict[str, Any]) -> Any:
+        return await self.services.registry.invoke(tool, args, self.ctx())
+
+
+def policy_file(tmp_path: Path, **quotas: int) -> Path:
+    data = yaml.safe_load((PROJECT_ROOT / "policies" / "default.yaml").read_text())
+    data["defaults"]["quotas"].update(quotas)
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+async def make_rig(tmp_path: Path, *, disks: bool = False, **quotas: int) -> Rig:
+    engine = PolicyEngine.from_file(policy_file(tmp_path, **quotas))
+    backend = FakeBackend(default=OK)
+    audit = AuditLog(tmp_path / "audit")
+    await audit.open()
+    executor = Executor(engine=engine, backend=backend, audit=audit,
+                        resolve_image=lambda name: f"navi/{name}:latest")
+    workspaces = Workspaces(tmp_path / "workspaces",
+                            disks=SessionDisks(tmp_path / "workspaces", enabled=disks,
+                                               reserve_bytes=0))
+    services = build_tools(tmp_path / "data", policy=engine, shipped_dir=None,
+                           tenant_disk=workspaces)
+    workspaces.count_also = services.user_tools.store.objects.tenant_bytes
+    await services.open()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return Rig(services, backend, audit, executor, workspaces, ws)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    r = await make_rig(tmp_path, execs_per_minute=1)
+    yield r
+    await r.services.close()
+    await r.audit.close()
+
+
+async def test_refused_calls_write_no_copy(rig: Rig) -> None:
+    """DESIGN: copies are made after admission. 20 versions tested under a quota of 1 call
+    a minute: 19 are refused, and only the one that ran has a copy."""
+    outcomes = []
+    for i in range(20):
+        await rig.invoke("write_tool", {"name": f"tool{i}", "code": tool_source(f"tool{i}")})
+        try:
+            outcomes.append((await rig.invoke("test_tool", {"name": f"tool{i}"})).success)
+        except QuotaExceeded:
+            outcomes.append(False)
+    assert outcomes.count(True) == 1
+    assert len(rig.listed()) == 1, rig.listed()
+    assert len(await rig.audit.records(kind="denied")) == 19
+
+
+async def test_replaced_and_deleted_versions_are_removed_in_use_ones_stay(
+        tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    try:
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout", 1)})
+        assert (await rig.invoke("test_tool", {"name": "shout"})).success
+        [v1] = rig.listed()
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout", 2)})
+        assert rig.listed() == []  # v1 is no longer current and nothing runs it
+        assert (await rig.invoke("test_tool", {"name": "shout"})).success
+        [v2] = rig.listed()
+        assert v2 != v1
+        await rig.invoke("write_tool", {"name": "other", "code": tool_source("other")})
+        assert rig.listed() == [v2]  # another tool's write leaves current versions alone
+
+        # a call in flight keeps its copy through write_tool; it goes when the call ends
+        rig.backend.push(FakeResponse(stdout=OK.stdout, delay_s=1.0))
+        running = asyncio.create_task(rig.invoke("test_tool", {"name": "shout"}))
+        while not rig.backend.running:
+            await asyncio.sleep(0.01)
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout", 3)})
+        assert rig.listed() == [v2]
+        assert (await running).success
+        assert rig.listed() == []
+
+        assert (await rig.invoke("test_tool", {"name": "shout"})).success
+        assert len(rig.listed()) == 1
+        await rig.invoke("delete_tool", {"name": "shout"})
+        assert rig.listed() == []
+    finally:
+        await rig.services.close()
+        await rig.audit.close()
+
+
+def test_collect_never_removes_a_copy_a_call_holds(tmp_path: Path) -> None:
+    objects = ToolObjects(tmp_path / ".objects")
+    nothing: Any = lambda tenant, size, also: __import__("contextlib").nullcontext()  # noqa: E731
+    copy = objects.acquire("t1", lambda: b"print(1)\n", nothing)
+    again = objects.acquire("t1", lambda: b"print(1)\n", nothing)
+    assert copy == again and copy.read_bytes() == b"print(1)\n"
+    assert objects.collect("t1", current=[]) == 0 and copy.exists()
+    objects.release("t1", copy)
+    assert copy.exists()  # one call still holds it
+    objects.release("t1", copy)
+    assert not copy.exists()
+    kept = objects.acquire("t1", lambda: b"print(2)\n", nothing)
+    objects.release("t1", kept)
+    digest = kept.name.removesuffix(".py")
+    assert objects.collect("t1", current=[digest]) == 0 and kept.exists()
+    (tmp_path / ".objects" / ("0" * 64 + ".py")).write_text("old shared layout")
+    assert objects.tenants() == ["t1"]
+    assert not (tmp_path / ".objects" / ("0" * 64 + ".py")).exists()
+
+
+async def test_start_up_removes_copies_nothing_refers_to(tmp_path: Path) -> None:
+    rig = await make_rig(tmp_path)
+    try:
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout")})
+        assert (await rig.invoke("test_tool", {"name": "shout"})).success
+        [kept] = rig.listed()
+        (rig.copies / ("e" * 64 + ".py")).write_text("left by an older server")
+        assert rig.services.user_tools.store.collect_all() == 1
+        assert rig.listed() == [kept]
+    finally:
+        await rig.services.close()
+        await rig.audit.close()
+
+
+needs_disks = pytest.mark.skipif(not loop_mounts_available(),
+                                 reason="needs root and loop devices (session disks)")
+
+
+@needs_disks
+async def test_copies_count_in_the_tenant_disk_quota(tmp_path: Path) -> None:
+    """A 32 MiB quota holds one 16 MiB session and a second one, but not a second one and a
+    tool copy; and with both sessions made, the copy is refused before it is written."""
+    rig = await make_rig(tmp_path, disks=True, tenant_disk_mb=32, session_disk_mb=16)
+    ws = rig.workspaces
+    limit = 32 * MiB
+    try:
+        ws.create(TENANT, "s_" + "1" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout")})
+        assert (await rig.invoke("test_tool", {"name": "shout"})).success
+        assert rig.services.user_tools.store.objects.tenant_bytes(TENANT) >= 4096
+        with pytest.raises(DiskQuotaExceeded):  # 16 + 16 MiB + the copy > 32 MiB
+            ws.create(TENANT, "s_" + "2" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
+
+        await rig.invoke("delete_tool", {"name": "shout"})
+        assert rig.listed() == []
+        ws.create(TENANT, "s_" + "2" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
+        await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout")})
+        with pytest.raises(DiskQuotaExceeded):  # the quota is full: no copy, nothing runs
+            await rig.invoke("test_tool", {"name": "shout"})
+        assert rig.listed() == [] and len(rig.backend.requests) == 1
+        [denied] = await rig.audit.records(kind="denied")
+        assert denied.rule == "quotas.tenant_disk_mb" and denied.tool == "shout"
+    finally:
+        for session in ("1", "2"):
+            ws.remove(TENANT, "s_" + session * 16)
+        ws.close()
+        await rig.services.close()
+        await rig.audit.close()
