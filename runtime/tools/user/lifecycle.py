@@ -1,9 +1,10 @@
 """`write_tool`, `test_tool`, `reload_tools`, `delete_tool`: the agent manages its own tools.
 
 None of these import the tool: `write_tool` parses it (ast only) before storing it;
-`test_tool` runs it through the Executor in the tools-runner sandbox, exactly like a real
-call (the Action names the tool, its group `group:user_tools` and its content hash, so the
-policy decides about *that code*; `test_tool` itself is authorised by the registry first).
+`test_tool` runs it (an enabled one only) through the Executor in the tools-runner sandbox,
+exactly like a real call (the Action names the tool, its group `group:user_tools` and its
+content hash, so the policy decides about *that code*; `test_tool` itself is authorised by
+the registry first).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from runtime.errors import Forbidden
 from runtime.policy.decision import Action
 from runtime.tools.base import (
     TOOL_NAME_PATTERN,
@@ -105,6 +107,9 @@ class ToolTestTool(BuiltinTool[ToolTestParams]):
             loaded = await asyncio.to_thread(store.load, ctx.tenant, params.name)
         except ToolLoadError as exc:
             return ToolResult.fail(f"{params.name} does not load: {exc.message}")
+        if not loaded.enabled:  # switched off (enabled.json): not run by test_tool either
+            raise Forbidden(f"user tool {params.name!r} is disabled; test_tool runs only "
+                            "enabled tools")
         # agent-written schema: time-boxed, and off the event loop (in the tenant's line)
         if ctx.registry is not None:
             args = await ctx.registry.off_loop(ctx.tenant, validate_params, loaded.descriptor,
