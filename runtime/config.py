@@ -124,6 +124,19 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("host_passwd", mode="before")
+    @classmethod
+    def _host_passwd_readable(cls, value: object) -> object:
+        """Checked at start-up: a named host passwd we cannot read would stop every new
+        tenant's first call (`runtime.hostusers` fails closed), so refuse to start instead."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        path = Path(str(value))
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise ValueError(f"NAVI_HOST_PASSWD: {path} is not a readable file (compose "
+                             "mounts the host's /etc/passwd there read-only)")
+        return path
+
     @field_validator("data_dir", "policy", "profiles_dir", "embedded_dir", mode="after")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:

@@ -52,6 +52,9 @@ def test_config_is_valid_and_only_the_supervisor_gets_the_socket(tmp_path: Path)
     assert f"navi-data:{tmp_path}:rw" in navi["volumes"]
     assert config["volumes"]["navi-data"]["driver_opts"]["device"] == str(tmp_path)
     assert f"{SOCKET}:{SOCKET}:rw" in navi["volumes"]
+    # host uids are the host's: its passwd, read-only, is what the supervisor checks
+    assert "/etc/passwd:/host/etc/passwd:ro" in navi["volumes"]
+    assert navi["environment"]["NAVI_HOST_PASSWD"] == "/host/etc/passwd"
     assert all(p.startswith("127.0.0.1:") for p in navi["ports"])  # loopback by default
     ollama = config["services"]["ollama"]
     assert ollama["profiles"] == ["ollama"]  # optional
@@ -96,8 +99,13 @@ def test_compose_up_serves_and_runs_sandboxes(data_root: Path) -> None:
     port = free_port()
     admin = "navi_admin_" + secrets.token_urlsafe(24)
     project = f"navitest{secrets.token_hex(4)}"
+    # The host's passwd as the supervisor container sees it: here one with an account at
+    # the first sandbox uid, which the tenant's uid must skip (the container's own has none)
+    host_passwd = data_root.parent / "host-passwd"
+    host_passwd.write_text(Path("/etc/passwd").read_text()
+                           + "hostuser:x:200000:200000::/home/hostuser:/bin/sh\n")
     env = {"NAVI_ADMIN_TOKEN": admin, "NAVI_DATA_ROOT": str(data_root),
-           "NAVI_PORT": str(port)}
+           "NAVI_PORT": str(port), "NAVI_HOST_PASSWD_FILE": str(host_passwd)}
     url = f"http://127.0.0.1:{port}"
     try:
         compose("-p", project, "up", "-d", "--no-build", "navi", env=env)
@@ -117,7 +125,7 @@ def test_compose_up_serves_and_runs_sandboxes(data_root: Path) -> None:
             assert result["ok"] is True, result
             text, uid, socket_seen = result["stdout"].rsplit(" ", 2)
             assert (text, socket_seen) == ("from the host", "False\n")  # no engine socket
-            assert int(uid) >= 200000  # the tenant's own sandbox uid
+            assert int(uid) > 200000  # the tenant's own, past the host account at 200000
             assert api.get(f"/v1/sessions/{session}/files/out.txt").content == b"made"
         page = httpx.get(url + "/")
         assert page.status_code == 200 and "Navi Runtime" in page.text

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from runtime.commands.doctor_host import engine_socket_mounted, host_checks
+from runtime.config import Settings
 from runtime.errors import ConfigError
 from runtime.hostusers import checked_against, host_has_uid, passwd_uids
 from runtime.store.store import Store
@@ -52,3 +55,22 @@ async def test_tenant_uids_skip_the_host_passwd_accounts(tmp_path: Path,
         assert uids == [200002, 200004, 200005]
     finally:
         await store.close()
+
+
+def test_doctor_names_the_file_it_checked(tmp_path: Path, host_passwd: Path) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "22 1 0:21 / / rw,relatime - overlay overlay rw\n"
+        "31 22 0:5 /run/docker.sock /var/run/docker.sock rw,nosuid - tmpfs tmpfs rw\n")
+    assert engine_socket_mounted(mountinfo)
+    mountinfo.write_text("22 1 0:21 / / rw,relatime - overlay overlay rw\n")
+    assert not engine_socket_mounted(mountinfo)
+    off = {"data_dir": tmp_path, "embedded_model": "off"}
+    [uids, _] = host_checks(Settings(**off), in_container=True)  # compose without the file
+    assert not uids.ok and "NAVI_HOST_PASSWD" in uids.detail
+    [uids, _] = host_checks(Settings(**off, host_passwd=host_passwd), in_container=True)
+    assert uids.ok and f"checked against {host_passwd}" in uids.detail
+    [uids, _] = host_checks(Settings(**off), in_container=False)  # the engine is ours
+    assert uids.ok and "pwd" in uids.detail
+    with pytest.raises(ValidationError, match="NAVI_HOST_PASSWD"):
+        Settings(data_dir=tmp_path, host_passwd=tmp_path / "missing")  # refused at start

@@ -89,7 +89,10 @@ def _blocker(path: Path, user: ModelUser) -> Path | None:
     if not user.confined:
         return None
     for parent in reversed(path.parents):
-        st = parent.stat()
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            return None  # made later, by us (mode by our umask)
         bit = (stat.S_IXUSR if st.st_uid == user.uid else
                stat.S_IXGRP if st.st_gid == user.gid else stat.S_IXOTH)
         if not st.st_mode & bit:
