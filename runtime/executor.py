@@ -215,9 +215,13 @@ class Executor:
                     **base))
                 raise
             try:
-                decision = await self._decide(subject, action, base, approver)
-                if not isinstance(invocation, Invocation):
-                    invocation = await self._build(invocation, decision, base)
+                try:
+                    decision = await self._decide(subject, action, base, approver)
+                    if not isinstance(invocation, Invocation):
+                        invocation = await self._build(invocation, decision, base)
+                except BaseException:  # refused (or failed) before it started: a refused
+                    slot.refund()      # call spends no execs_per_minute of its tenant
+                    raise
                 return await self._run(subject, action, invocation, decision, base, on_output)
             finally:
                 slot.release()

@@ -11,6 +11,7 @@ is per process: several supervisors on one data dir each enforce the quota on th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
@@ -34,12 +35,20 @@ class QuotaExceededFor(QuotaExceeded):
 
 
 class QuotaSlot:
-    """One admitted execution; ``release()`` (idempotent) frees its concurrency slot."""
+    """One admitted execution; ``release()`` (idempotent) frees its concurrency slot;
+    ``refund()`` takes its start back out of the rate window (it never ran: refused)."""
 
-    def __init__(self, tracker: QuotaTracker, tenant: str) -> None:
+    def __init__(self, tracker: QuotaTracker, tenant: str, started: float) -> None:
         self._tracker = tracker
         self._tenant = tenant
+        self._started = started
         self._released = False
+
+    def refund(self) -> None:
+        starts = self._tracker._starts.get(self._tenant)
+        with contextlib.suppress(ValueError):
+            if starts is not None:
+                starts.remove(self._started)
 
     def release(self) -> None:
         if not self._released:
@@ -112,7 +121,7 @@ class QuotaTracker:
             )
         starts.append(now)
         self._active[tenant] = self._active.get(tenant, 0) + 1
-        return QuotaSlot(self, tenant)
+        return QuotaSlot(self, tenant, now)
 
     def _wake_next(self, tenant: str) -> None:
         """The first waiter not yet woken may go (it acquires when it runs again)."""
