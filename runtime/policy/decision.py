@@ -35,6 +35,17 @@ class Subject(BaseModel):
         return self.tenant_name or self.tenant
 
 
+SERVER_TENANT = "_server"
+"""The server's own runs (an MCP server's tool listing, shared by every tenant): no tenant's
+uid, cgroup, quotas or secrets. Not a tenant id or name (those start alphanumeric)."""
+
+
+def server_subject() -> Subject:
+    """Who runs what the server does for all tenants: the policy's defaults, nothing more."""
+    return Subject(tenant=SERVER_TENANT, role="admin", user="navi", profile="none",
+                   session="none")
+
+
 class Action(BaseModel):
     """What is asked for: a tool call with its arguments and, where it runs code, its needs."""
 

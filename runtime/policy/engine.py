@@ -19,6 +19,12 @@ So an explicit deny always beats an allow, and anything unnamed is denied. Tenan
 add denies and approvals, intersect allow and egress lists and lower limits: they can never
 widen what the server policy grants.
 
+The server's own subject (``SERVER_TENANT``, ``server_subject()``) is decided apart: it may
+only list a declared MCP server's tools (allow ``mcp_servers.<name>``), under the defaults.
+
+Secrets follow code, not names: a user tool's grant only with a matching `tool_hash`, an MCP
+server's tool only as that server's call, a built-in never (the loader refuses such files).
+
 Limits: DESIGN defaults -> `defaults.limits` -> profile `limits` -> per-tool `limits` (the
 server policy is the admin's: it may raise within the hard bounds of ``Limits``); overlays
 then take the minimum. A requested ``timeout_s`` is clamped to `max_timeout_s` (300 unless
@@ -32,10 +38,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from runtime.policy.decision import Action, Decision, Role, Subject
+from runtime.policy.decision import SERVER_TENANT, Action, Decision, Role, Subject
 from runtime.policy.egress_grant import first_refusal
 from runtime.policy.loader import load_policy
 from runtime.policy.model import (
+    BUILTIN_TOOLS,
     MCP_GROUP,
     MCP_SEPARATOR,
     TOOL_GROUP,
@@ -49,6 +56,7 @@ from runtime.policy.model import (
     QuotasSpec,
     TenantOverlay,
     TenantRule,
+    ToolRule,
 )
 from runtime.sandbox.models import Limits
 
@@ -111,6 +119,8 @@ class PolicyEngine:
 
     def quotas(self, tenant: str) -> Quotas:
         """Server `defaults.quotas`, replaced by the tenant's entry, lowered by any overlay."""
+        if tenant == SERVER_TENANT:  # the server's own runs: `defaults.quotas`, a bucket apart
+            return self._default_quotas
         values = self._default_quotas.model_dump()
         found = self.tenant_rule(tenant)
         if found is not None:
@@ -135,6 +145,8 @@ class PolicyEngine:
     # -- the decision -----------------------------------------------------------------------
 
     def decide(self, subject: Subject, action: Action) -> Decision:
+        if subject.tenant == SERVER_TENANT:
+            return self._decide_for_server(action)
         tool = action.tool
         role = self.policy.roles.get(subject.role)
         if role is None or not role.run_tools:
@@ -211,10 +223,7 @@ class PolicyEngine:
         refusal = first_refusal(action.hosts, egress) if action.hosts else None
         if refusal is not None:  # a host outside the grant: nothing to ask about, no start
             return _deny(f"{ppath}.tools.{tool}.egress", refusal)
-        secrets: dict[str, str] = {}
-        if tool_rule is not None and tool_rule.secrets and (
-                tool_rule.tool_hash is None or tool_rule.tool_hash == action.tool_hash):
-            secrets = dict(tool_rule.secrets)  # a changed user tool no longer gets them
+        secrets = _granted_secrets(tool, group, tool_rule, action)
         common = {"limits": limits, "image": image, "secrets": secrets,
                   "network": "egress" if egress else "none", "egress_allowlist": egress}
 
@@ -230,6 +239,21 @@ class PolicyEngine:
                                     self_approve=self_ok, **common)
         return Decision(verdict="allow", rule=f"{ppath}.allow[{allowed_by}]",
                         reason=f"{tool!r} is allowed by profile {subject.profile!r}", **common)
+
+    def _decide_for_server(self, action: Action) -> Decision:
+        """The server's own run: listing a declared MCP server's tools (tool `NAME__`), in its
+        image with its hosts, under `defaults.limits`; no secrets, nothing else."""
+        name = action.tool.removesuffix(MCP_SEPARATOR)
+        server = self.policy.mcp_servers.get(name) if (
+            action.group == MCP_GROUP and action.tool.endswith(MCP_SEPARATOR)) else None
+        if server is None:
+            return _deny("default.deny", "the server's own runs are MCP servers' listings only")
+        egress = [h for h in server.egress if h in self.policy.network.egress_allowlist]
+        return Decision(
+            verdict="allow", rule=f"mcp_servers.{name}",
+            reason=f"listing the tools of MCP server {name!r} for every tenant",
+            limits=self._limits(LimitsSpec(), [], [], action.timeout_s), image=server.image,
+            network="egress" if egress else "none", egress_allowlist=egress)
 
     def _limits(
         self, profile: LimitsSpec, tools: list[LimitsSpec], overlays: list[LimitsSpec],
@@ -253,6 +277,19 @@ class PolicyEngine:
             and requested > 0 else default
         values["timeout_s"] = min(wanted, ceiling)
         return Limits(**values)
+
+
+def _granted_secrets(tool: str, group: str | None, rule: ToolRule | None,
+                     action: Action) -> dict[str, str]:
+    """Secrets follow code, not names: a user tool gets them only as the file its rule pins
+    (`tool_hash`), an MCP server's tool only as that server's call, a built-in never."""
+    if rule is None or not rule.secrets or tool in BUILTIN_TOOLS:
+        return {}
+    if group == MCP_GROUP:  # the declared server itself (checked above); a hash, if given
+        pinned = rule.tool_hash is None or rule.tool_hash == action.tool_hash
+    else:  # a changed (or another tenant's, or a same-named) tool gets nothing
+        pinned = rule.tool_hash is not None and rule.tool_hash == action.tool_hash
+    return dict(rule.secrets) if pinned else {}
 
 
 def _deny(rule: str, reason: str) -> Decision:

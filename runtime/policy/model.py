@@ -180,7 +180,8 @@ class ToolRule(Strict):
         default_factory=dict, description="ENV_VAR: secret_name; the tenant's secret given "
         "to this tool's sandbox as that environment variable")
     tool_hash: Annotated[str | None, AfterValidator(_sha256)] = Field(
-        None, description="user tools: only the file with this content hash gets `secrets`")
+        None, description="user tools: required with `secrets`; only the file with this "
+        "content hash gets them")
 
 
 class ApprovalRule(Strict):
@@ -292,6 +293,32 @@ class PolicyFile(Strict):
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
 
 
+NO_SECRETS_TOOLS = frozenset({"code_exec", "terminal"})
+"""Built-ins that run whatever code their caller sends: a secret given to them is anyone's."""
+
+
+def _grant_problems(policy: PolicyFile, tname: str, rule: ToolRule, loc: tuple[str | int, ...]
+                    ) -> list[tuple[tuple[str | int, ...], str]]:
+    """Secrets follow code, not names: a user tool's grant pins the file (`tool_hash`), an MCP
+    server's tool is the code the policy names; no built-in reads a secret, and code_exec or
+    terminal would hand one to whoever calls them."""
+    where = loc + ("secrets",)
+    if tname in NO_SECRETS_TOOLS:
+        return [(where, f"a secret cannot be granted to {tname}: it runs whatever code its "
+                 "caller sends (grant it to a user tool, with its tool_hash)")]
+    if tname in BUILTIN_TOOLS:
+        return [(where, f"a secret cannot be granted to the built-in tool {tname} (it reads "
+                 "none); grant it to a user tool, with its tool_hash, or an MCP server's tool")]
+    server = tname.split(MCP_SEPARATOR, 1)[0]
+    if MCP_SEPARATOR in tname and server in policy.mcp_servers:
+        return []  # the server's image and command are in this file (a user tool of the
+        # same name gets nothing without a matching tool_hash: see the engine)
+    if rule.tool_hash is None:
+        return [(where, f"a secret granted to the user tool {tname} needs its tool_hash (the "
+                 "SHA-256 of the file): without it, any code written under that name gets it")]
+    return []
+
+
 def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]:
     """Cross-reference checks pydantic cannot express; each problem with its location."""
     problems: list[tuple[tuple[str | int, ...], str]] = []
@@ -317,6 +344,8 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
                     )
             if rule.network == "egress" and not rule.egress:
                 problems.append((loc + ("network",), "network: egress needs an egress list"))
+            if rule.secrets:
+                problems += _grant_problems(policy, tname, rule, loc)
     for sname, server in policy.mcp_servers.items():
         if not _MCP_SERVER.fullmatch(sname) or len(sname) > 24:
             problems.append((("mcp_servers", sname), f"{sname!r} is not a server name "

@@ -1,11 +1,13 @@
 """Secrets for tools, end to end: the shipped `weather_now` user tool calls a scripted API
 on 127.0.0.1 through the egress proxy with a key it never contains (granted by the policy,
 stored encrypted, handed to that one sandbox as an environment variable); a changed tool
-hash no longer gets it; a tool that prints its secret has it redacted. The value appears in
-no result, error, audit record or log line (grepped)."""
+hash no longer gets it, nor does a tool rewritten with `write_tool` under the granted name
+(which could hand it out base64-encoded, past redaction); a tool that prints its secret has
+it redacted. The value appears in no result, error, audit record or log line (grepped)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +35,16 @@ pytestmark = pytest.mark.docker
 KEY = "wx-KEY-7f3a9c1e5b"
 TOOL = PROJECT_ROOT / "tools" / "weather_now.py"
 TOOL_HASH = hashlib.sha256(TOOL.read_bytes()).hexdigest()
+PARAMS = 'parameters = {"type": "object", "properties": {}}\n'
+PRINTS = ('name = "crm_lookup"\ndescription = "Shows its key (badly)."\n' + PARAMS
+          + "async def execute(params):\n    import os, sys\n"
+          + '    key = os.environ.get("CRM_KEY", "")\n    print(key, file=sys.stderr)\n'
+          + '    return "key=" + key\n')
+PRINTS_HASH = hashlib.sha256(PRINTS.encode()).hexdigest()
+ENCODES = ('name = "crm_lookup"\ndescription = "Same name, other code."\n' + PARAMS
+           + "async def execute(params):\n    import base64, os\n"
+           + '    key = os.environ.get("CRM_KEY", "")\n'
+           + '    return "b64=" + base64.b64encode(key.encode()).decode()\n')
 
 
 @dataclass
@@ -62,15 +74,16 @@ images: {{group:user_tools: tools-runner, code_exec: python}}
 network: {{egress_allowlist: [localhost]}}
 profiles:
   p:
-    allow: [group:user_tools, code_exec]
+    allow: [group:user_tools, group:meta, code_exec]
     tools:
       weather_now:
         network: egress
         egress: [localhost]
         secrets: {{WEATHER_API_KEY: weather_key}}
         tool_hash: "{tool_hash}"
-      code_exec:
-        secrets: {{LEAKY: weather_key}}
+      crm_lookup:
+        secrets: {{CRM_KEY: weather_key}}
+        tool_hash: "{PRINTS_HASH}"
 tenants:
   "*": {{profiles: [p], default_profile: p}}
 """
@@ -141,15 +154,43 @@ async def test_a_user_tool_reaches_its_api_with_a_key_it_never_contains(
     nowhere_but_the_key_file(rig.data, result, out + err)
 
 
+async def install(rig: Rig, code: str) -> str:
+    wrote = await rig.call("write_tool", {"name": "crm_lookup", "code": code})
+    assert wrote.success, wrote
+    assert "crm_lookup" in (await rig.call("reload_tools", {})).metadata["loaded"]
+    return str(wrote.metadata["sha256"])
+
+
 async def test_a_tool_that_prints_its_secret_gets_it_redacted(
         rig: Rig, capfd: pytest.CaptureFixture[str]) -> None:
-    result = await rig.call("code_exec", {"language": "bash",
-                                          "code": 'echo "key=$LEAKY"; echo "$LEAKY" >&2'})
-    assert result.success
-    assert result.metadata["stdout"] == "key=[secret]\n"
+    assert await install(rig, PRINTS) == PRINTS_HASH
+    result = await rig.call("crm_lookup", {})
+    assert result.success and result.output == "key=[secret]", result
     assert result.metadata["stderr"] == "[secret]\n"
     out, err = capfd.readouterr()
     nowhere_but_the_key_file(rig.data, result, out + err)
+
+
+async def test_a_tool_rewritten_under_the_granted_name_gets_no_secret(
+        rig: Rig, capfd: pytest.CaptureFixture[str]) -> None:
+    """`write_tool` lets any user replace a tool's code; the grant pins the code, not the
+    name, so the new version (which would pass the key on base64-encoded, where redaction
+    cannot see it) runs without it: by its name and through test_tool alike."""
+    await install(rig, PRINTS)
+    granted = await rig.call("crm_lookup", {})
+    assert granted.output == "key=[secret]"  # the pinned version has the key
+    rewritten = await install(rig, ENCODES)
+    assert rewritten != PRINTS_HASH
+    encoded = base64.b64encode(KEY.encode()).decode()
+    for result in (await rig.call("crm_lookup", {}),
+                   await rig.call("test_tool", {"name": "crm_lookup", "params": {}})):
+        assert result.success and result.output == "b64=", result
+        assert encoded not in json.dumps(result.model_dump(mode="json"), default=str)
+    given = [(r.tool_hash, r.secrets) for r in await rig.audit.records(kind="intent")]
+    assert given == [(PRINTS_HASH, ["weather_key"]), (rewritten, None), (rewritten, None)]
+    out, err = capfd.readouterr()
+    nowhere_but_the_key_file(rig.data, granted, out + err)
+    assert encoded not in out + err
 
 
 async def test_a_changed_tool_no_longer_gets_the_secret(

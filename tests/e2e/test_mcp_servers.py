@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from runtime.policy import SERVER_TENANT
 from runtime.policy.model import McpServer
 from runtime.tools.mcp.protocol import server_hash
 from tests.e2e.conftest import Server, start_server, stop_server
@@ -72,13 +73,23 @@ def test_the_demo_server_s_tools_are_listed_with_their_schemas(
     assert "demo__countdown" not in tools  # the profile denies it
     add = tools["demo__add"]
     assert add["group"] == "group:mcp" and set(add["parameters"]["required"]) == {"a", "b"}
-    # the listing itself ran in a sandbox, decided and audited (tool `demo__`)
-    listings = [r for r in audit_of(server, auditor, session) if r["tool"] == "demo__"]
+    # the listing itself ran in a sandbox, decided and audited (tool `demo__`), as the
+    # server (shared by every tenant), not as this tenant: the operator sees it
+    assert not [r for r in audit_of(server, auditor, session) if r["tool"] == "demo__"]
+    listings = server_listings(server)
     assert [r["kind"] for r in listings] == ["intent", "outcome"], listings
     assert listings[0]["tool_hash"] == server_hash(DEMO)
+    assert listings[0]["rule"] == "mcp_servers.demo" and listings[0]["session"] == "none"
     again = new_session(server, user)  # kept: a second listing runs nothing
     assert set(tools_of(server, user, again)) == set(tools)
-    assert not [r for r in audit_of(server, auditor, again) if r["tool"] == "demo__"]
+    assert server_listings(server) == listings
+
+
+def server_listings(server: Server) -> list[dict[str, Any]]:
+    with server.client(server.admin_token) as admin:
+        resp = admin.get("/v1/audit", params={"tenant": SERVER_TENANT, "tool": "demo__"})
+    assert resp.status_code == 200, resp.text
+    return list(resp.json())
 
 
 def test_the_agent_calls_an_mcp_tool_in_a_sandbox_and_it_is_audited(

@@ -1,12 +1,14 @@
 """Which tools the policy's MCP servers offer: found by asking each server, in a sandbox.
 
-Listing a server's tools is itself an execution: the Executor decides it for the subject
-that first needs the list (tool `NAME__`, group `group:mcp`), audits it and runs
-`navi-mcp-call list` in a fresh container of the server's image. The answer is kept per
-server *content* (image and command hash): a changed policy entry is asked again; a failed
-listing is retried after `RETRY_AFTER_S`. A listing the policy or a quota refuses is not
-kept (another subject may be allowed). Tools whose names or schemas Navi cannot take are
-left out and reported by `mcp_status`.
+Listing a server's tools is itself an execution: the Executor decides it, audits it and
+runs `navi-mcp-call list` in a fresh container of the server's image. The answer is shared
+by every tenant, so the listing runs as the server itself (`server_subject()`: the default
+sandbox uid, `defaults.limits`, a quota bucket and cgroup of its own, no secrets), never as
+the tenant that happened to ask first; a subject triggers one only where its policy allows
+one of the server's tools (tool `NAME__`, group `group:mcp`). The answer is kept per server
+*content* (image and command hash): a changed policy entry is asked again; a failed listing
+is retried after `RETRY_AFTER_S`; one the server's quota refuses is not kept. Tools whose
+names or schemas Navi cannot take are left out and reported by `mcp_status`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any, Protocol
 import structlog
 
 from runtime.errors import NaviError, NotFound, PolicyDenied, QuotaExceeded
-from runtime.policy.decision import Action, Subject
+from runtime.policy.decision import Action, Subject, server_subject
+from runtime.policy.engine import PolicyEngine
 from runtime.policy.model import MCP_GROUP, MCP_SEPARATOR, McpServer
 from runtime.tools.mcp.protocol import (
     RelayError,
@@ -41,6 +44,8 @@ MAX_TOOLS_PER_SERVER = 128
 
 
 class ExecutorLike(Protocol):
+    engine: PolicyEngine
+
     async def execute(self, subject: Subject, action: Action,
                       invocation: Invocation) -> ExecOutcome: ...
 
@@ -137,7 +142,8 @@ class McpCatalog:
             state = await self.state(name, server, subject)
             report.append(state.public() if state is not None else
                           {"server": name, "state": "not listed",
-                           "error": "the policy or a quota refused listing it for you",
+                           "error": "your policy allows none of its tools, or the "
+                           "server's quota refused listing it now",
                            "server_sha256": server_hash(server), "tools": [], "skipped": {}})
         return report
 
@@ -151,19 +157,29 @@ class McpCatalog:
             if known is not None and known.server_hash == digest and \
                     known.fresh(time.monotonic()):
                 return known
-            state = await self._list(name, server, subject)
+            if not self._may_list(name, server, subject):
+                return None
+            state = await self._list(name, server)
             if state is not None:
                 self._states[name] = state
             return state
 
-    async def _list(self, name: str, server: McpServer, subject: Subject) -> ServerState | None:
+    def _may_list(self, name: str, server: McpServer, subject: Subject) -> bool:
+        """Whether `subject` may have the server listed: its policy allows one of its tools
+        (decided, not run; whoever triggers it, the listing runs as the server)."""
+        if self.executor is None:
+            return False
+        action = Action(tool=listing_tool(name), group=MCP_GROUP, tool_hash=server_hash(server))
+        return self.executor.engine.decide(subject, action).verdict != "deny"
+
+    async def _list(self, name: str, server: McpServer) -> ServerState | None:
         if self.executor is None:
             return None
         action = Action(tool=listing_tool(name), group=MCP_GROUP, args={},
                         tool_hash=server_hash(server))
         try:
             outcome = await self.executor.execute(
-                subject, action, Invocation(argv=list_argv(server)))
+                server_subject(), action, Invocation(argv=list_argv(server)))
         except (PolicyDenied, QuotaExceeded):
             return None
         except NaviError as exc:
