@@ -4,7 +4,9 @@ kept clear of, and whom the embedded model runs as.
 Under docker-compose the supervisor's /etc/passwd is its image's: unless the host's is
 mounted and named (`NAVI_HOST_PASSWD`), "never a host uid" would be checked against the wrong
 file. A supervisor whose engine socket is bind-mounted in from elsewhere (so the engine's
-host is not the system whose passwd we read) fails this check without it.
+host is not the system whose passwd we read) fails this check without it. The embedded
+model's check only warns: where it cannot run as a uid of its own it is refused (or, under a
+supervisor that is not root, runs as the supervisor's user), never run with more.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def _embedded(settings: Settings) -> Check:
     try:
         user = server.user()
         reachable(directory, user)
-    except NaviError as exc:
-        return Check(name, False, f"{exc.message} (or NAVI_EMBEDDED_MODEL=off)")
+    except NaviError as exc:  # refused, never run weaker: a warning, not a failure
+        return Check(name, True, f"WARNING: it would not start: {exc.message} (or "
+                     "NAVI_EMBEDDED_MODEL=off)")
     if not user.confined:
         return Check(name, True, f"WARNING: {user.note}; it can read what the supervisor can")
     return Check(name, True, f"{user.note}; {directory}")
