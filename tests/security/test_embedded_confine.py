@@ -143,6 +143,10 @@ async def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
     server.model_path.write_bytes(b"GGUF tampered")
     with pytest.raises(LLMUnavailable, match="SHA-256"):
         await server.ensure()
+    server.model_path.unlink()  # nor does a FIFO in its place hang the supervisor
+    os.mkfifo(server.model_path)
+    with pytest.raises(LLMUnavailable, match="not a regular file"):
+        await asyncio.wait_for(server.ensure(), 10)
 
 
 def test_a_directory_out_of_the_models_reach_is_refused_clearly(data_dir: Path) -> None:

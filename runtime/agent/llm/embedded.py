@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -87,7 +88,11 @@ def _open_log(path: Path) -> IO[bytes]:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # the model uid's file
+    # the model uid's file: no symlink, no FIFO to block on, a regular file only
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LLMUnavailable(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
         while chunk := fh.read(1 << 20):
             digest.update(chunk)
