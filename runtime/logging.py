@@ -1,4 +1,9 @@
-"""structlog set-up, done once at start-up; context (tenant, session, exec_id) via contextvars."""
+"""structlog set-up, done once at start-up; context (tenant, session, exec_id) via contextvars.
+
+Whatever the format, no line carries a secret: a traceback is Python's plain one (never a
+frame's local variables, where request headers and granted secrets live), and every value,
+traceback included, is scrubbed of bearer tokens and of the secret values this process has
+handled (`scrub_from_logs`)."""
 
 from __future__ import annotations
 
@@ -26,9 +31,65 @@ def escape_control_chars(
     return {k: _escape(v) if isinstance(v, str) else v for k, v in event_dict.items()}
 
 
+_TOKENS = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+|\bnavi_[A-Za-z0-9_-]{20,}")
+_REDACTED = "[redacted]"
+_MAX_KNOWN = 4096   # secret values remembered for scrubbing (the most recent)
+_MIN_KNOWN = 6      # shorter values are not scrubbed (they would hit ordinary words)
+_known: dict[str, None] = {}
+_known_pattern: re.Pattern[str] | None = None
+
+
+def scrub_from_logs(*values: str) -> None:
+    """Scrub these values (secrets, the bootstrap token) from every later log line."""
+    global _known_pattern
+    added = False
+    for value in values:
+        if len(value) >= _MIN_KNOWN and value not in _known:
+            _known[value] = None
+            added = True
+    while len(_known) > _MAX_KNOWN:
+        del _known[next(iter(_known))]
+    if added:
+        ordered = sorted(_known, key=len, reverse=True)  # the longest match first
+        _known_pattern = re.compile("|".join(map(re.escape, ordered)))
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        known = _known_pattern
+        if known is not None:
+            value = known.sub(_REDACTED, value)
+        return _TOKENS.sub(lambda m: (m.group(1) or "") + _REDACTED, value)
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def redact_secrets(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """Processor: bearer tokens and known secret values out of every value (after the
+    traceback is text, so out of that too)."""
+    return {k: _scrub(v) for k, v in event_dict.items()}
+
+
+# Tracebacks as text, in Python's plain form: no local variables, whatever the renderer.
+_PLAIN_TRACEBACK = structlog.processors.ExceptionRenderer()
+
+
 def _renderer(fmt: str) -> Any:
-    return (structlog.processors.JSONRenderer() if fmt == "json"
-            else structlog.dev.ConsoleRenderer(colors=False))
+    if fmt == "json":
+        return structlog.processors.JSONRenderer()
+    # (the exception is text by now; plain_traceback in case an exc_info ever gets here)
+    return structlog.dev.ConsoleRenderer(
+        colors=False, exception_formatter=structlog.dev.plain_traceback)
+
+
+def _tail(fmt: str) -> list[Any]:
+    """What every line goes through last, ours and the libraries' alike."""
+    return [_PLAIN_TRACEBACK, redact_secrets, _renderer(fmt)]
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
@@ -38,7 +99,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             escape_control_chars,
-            _renderer(fmt),
+            *_tail(fmt),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
@@ -77,10 +138,18 @@ def route_stdlib_logging(fmt: str = "console", level: str = "info") -> None:
             escape_control_chars,
         ],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    _renderer(fmt)],
+                    *_tail(fmt)],
     ))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     threshold = logging.getLevelNamesMapping()[level.upper()]
     root.setLevel(max(threshold, logging.WARNING))
     logging.getLogger("uvicorn").setLevel(threshold)
+
+
+if not structlog.is_configured():
+    # a process that logs before (or without) `configure_logging` gets the same safe chain,
+    # not structlog's default (rich tracebacks with every frame's local variables)
+    structlog.configure(processors=[structlog.processors.add_log_level,
+                                    structlog.processors.TimeStamper(fmt="iso", utc=True),
+                                    escape_control_chars, *_tail("console")])

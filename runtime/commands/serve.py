@@ -13,7 +13,12 @@ from pydantic import ValidationError
 
 from runtime.config import Settings
 from runtime.errors import ConfigError, NaviError
-from runtime.logging import configure_logging, get_logger, route_stdlib_logging
+from runtime.logging import (
+    configure_logging,
+    get_logger,
+    route_stdlib_logging,
+    scrub_from_logs,
+)
 from runtime.policy.engine import PolicyEngine
 from runtime.store.store import BOOTSTRAP_MIN_CHARS
 from runtime.store.tokens import TOKEN_MAX_CHARS
@@ -64,6 +69,8 @@ def serve(
         raise typer.Exit(2) from None
     configure_logging(settings.log_format, settings.log_level)
     route_stdlib_logging(settings.log_format, settings.log_level)
+    scrub_from_logs(*(s.get_secret_value() for s in (settings.admin_token,
+                                                    settings.openai_api_key) if s))
     faulthandler.enable()  # a fatal signal (SIGBUS, SIGABRT...) leaves every stack in the log
     app = create_app(settings)
     config = uvicorn.Config(  # uvicorn's own lines through ours; requests: AccessLog's

@@ -18,6 +18,7 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken
 
 from runtime.errors import ConfigError, InvalidInput, NotFound
+from runtime.logging import scrub_from_logs
 from runtime.store.store import Store
 
 SECRET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -75,6 +76,7 @@ class SecretStore:
         known = {s["name"] for s in await self.names(tenant_id)}
         if name not in known and len(known) >= MAX_SECRETS_PER_TENANT:
             raise InvalidInput(f"a tenant keeps at most {MAX_SECRETS_PER_TENANT} secrets")
+        scrub_from_logs(value)
         token = self.box.fernet().encrypt(raw)
         now = time.time()
         await self.store.connection.execute(
@@ -109,7 +111,8 @@ class SecretStore:
         found: dict[str, str] = {}
         for name, token in rows:
             try:
-                found[str(name)] = self.box.fernet().decrypt(bytes(token)).decode("utf-8")
+                found[str(name)] = value = self.box.fernet().decrypt(bytes(token)).decode()
+                scrub_from_logs(value)
             except InvalidToken:
                 raise ConfigError(f"secret {name!r} cannot be decrypted with this data dir's "
                                   "key (keys/secrets.key replaced?)") from None

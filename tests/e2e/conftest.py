@@ -66,7 +66,9 @@ class Server:
 
 
 def start_server(tmp: Path, policy: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> Server:
+                 extra_env: dict[str, str] | None = None,
+                 launcher: str = "runtime.cli") -> Server:
+    """`launcher`: the module run as `python -m` (tests/fakes/faulty_serve injects faults)."""
     port = free_port()
     admin_token = "navi_admin_" + secrets.token_urlsafe(24)
     data_dir = tmp / "data"
@@ -75,7 +77,7 @@ def start_server(tmp: Path, policy: Path | None = None,
     # overcommit the data disk (tests/tenancy checks the strict default on a small disk).
     env = {**os.environ, "NAVI_ADMIN_TOKEN": admin_token, "NAVI_DATA_DIR": str(data_dir),
            "NAVI_LOG_FORMAT": "json", "NAVI_DISK_OVERCOMMIT": "1000", **(extra_env or {})}
-    argv = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", launcher, "serve", "--host", "127.0.0.1",
             "--port", str(port)]
     if policy is not None:
         argv += ["--policy", str(policy)]
