@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.api.token_watch import TokenWatch
 from runtime.approvals import ApprovalBroker
 from runtime.audit.store import AuditLog
+from runtime.audit.verifier import ChainVerifier
 from runtime.calls import SessionToolCall
 from runtime.config import Settings
 from runtime.errors import NotFound
@@ -69,9 +70,11 @@ class Services:
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     token_watch: TokenWatch = field(init=False)  # streams end when their token is revoked
+    verifier: ChainVerifier = field(init=False)  # /v1/audit/verify, on a worker of its own
 
     def __post_init__(self) -> None:
         self.token_watch = TokenWatch(self.store)
+        self.verifier = ChainVerifier(self.settings.data_dir, head=lambda: self.audit.head)
 
     async def token_ended(self, principal: Principal) -> None:
         """Returns when `principal`'s token is revoked or expires (see `TokenWatch`)."""
@@ -167,6 +170,7 @@ class Services:
                 await self.agent.close()
         await self.kill_running("supervisor shutdown")
         self.hub.close()
+        self.verifier.close()
         for closer in (self.tools.close, self.backend.close, self._close_workspaces,
                        self.audit.close, self.store.close):
             try:

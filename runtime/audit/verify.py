@@ -12,6 +12,9 @@ Checks, streaming in `seq` order (memory does not grow with the log):
   database lost records.
 
 ``first_bad_seq`` is the smallest seq found wrong (for a cut tail: the first missing one).
+The report also counts each tenant's records and keeps, per tenant, the first of its records
+found wrong (`for_tenant`): the chain is one, so a tenant's answer is the whole chain's `ok`
+with only its own figures.
 Blocking: call it through ``asyncio.to_thread`` from async code.
 """
 
@@ -24,7 +27,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from runtime.audit.records import GENESIS_HASH, record_hash
 from runtime.audit.signing import Checkpoint, load_verifier
@@ -41,10 +44,18 @@ class VerifyReport(BaseModel):
     head_hash: str = GENESIS_HASH
     checkpoints: int = 0
     mirror_records: int = 0
+    tenant_records: dict[str, int] = Field(default_factory=dict, exclude=True)
+    tenant_first_bad: dict[str, int] = Field(default_factory=dict, exclude=True)
 
     def public(self) -> dict[str, Any]:
-        """The body of ``GET /v1/audit/verify``."""
+        """The body of ``GET /v1/audit/verify`` for the operator: the whole log's figures."""
         return {"ok": self.ok, "records": self.records, "first_bad_seq": self.first_bad_seq}
+
+    def for_tenant(self, tenant: str) -> dict[str, Any]:
+        """The body for one tenant: whether the chain verifies (one chain: a break anywhere
+        is a break), how many records are its own, and the first of them found wrong."""
+        return {"ok": self.ok, "records": self.tenant_records.get(tenant, 0),
+                "first_bad_seq": self.tenant_first_bad.get(tenant)}
 
 
 class _Findings:
@@ -52,8 +63,10 @@ class _Findings:
         self.seq: int | None = None
         self.reason: str | None = None
         self.fatal: str | None = None
+        self.hits: set[int] = set()  # seqs flagged since the last `clear`
 
     def bad(self, seq: int, reason: str) -> None:
+        self.hits.add(seq)
         if self.seq is None or seq < self.seq:
             self.seq, self.reason = seq, reason
 
@@ -124,6 +137,10 @@ def _verify(
         pinned.setdefault(cp.seq, set()).add(cp.hash)
     if pinned.get(0, {GENESIS_HASH}) != {GENESIS_HASH}:
         found.bad(1, "checkpoint at seq 0 does not pin the genesis hash")
+    early, found.hits = found.hits, set()  # records named by a bad checkpoint
+    per_tenant: dict[str, int] = {}
+    first_bad: dict[str, int] = {}
+    tenant_at = COLUMNS.index("tenant")
 
     rows: Iterator[tuple[Any, ...]] = conn.execute(
         f"SELECT {', '.join(COLUMNS)}, body FROM audit ORDER BY seq"
@@ -151,6 +168,12 @@ def _verify(
             found.bad(seq, f"record {seq} differs from the signed checkpoint")
         prev = row[COLUMNS.index("hash")]
         expected += 1
+        tenant = str(row[tenant_at])
+        per_tenant[tenant] = per_tenant.get(tenant, 0) + 1
+        if seq in found.hits or seq in early:
+            for owner in {tenant, _body_tenant(text)} - {None}:
+                first_bad.setdefault(str(owner), seq)
+        found.hits.clear()
     head = expected - 1
     extra = next(mirror, None)
     if extra is not None:
@@ -164,7 +187,18 @@ def _verify(
     return VerifyReport(
         ok=ok, records=count, first_bad_seq=found.seq, reason=found.reason or found.fatal,
         head_seq=head, head_hash=prev, checkpoints=len(cps), mirror_records=mirror_count,
+        tenant_records=per_tenant, tenant_first_bad=first_bad,
     )
+
+
+def _body_tenant(text: str) -> str | None:
+    """The tenant a bad record's body names (its column may be what was changed)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    tenant = body.get("tenant") if isinstance(body, dict) else None
+    return tenant if isinstance(tenant, str) else None
 
 
 def _check_row(row: tuple[Any, ...], prev: str) -> str | None:

@@ -72,6 +72,28 @@ def test_metrics_show_a_tenant_only_its_own_series(server: Server) -> None:
     assert f'tenant="{a}"' in text and f'tenant="{b}"' in text
 
 
+def test_audit_verify_tells_a_tenant_only_its_own_figures(server: Server) -> None:
+    a, a_user = server.tenant_with_user()
+    b, b_user = server.tenant_with_user()
+    for user, sessions in ((a_user, 6), (b_user, 1)):
+        with server.client(user) as client:
+            for _ in range(sessions):
+                assert client.post("/v1/sessions", json={}).status_code == 201
+    with server.client(server.token_for(b, "auditor")) as auditor:
+        b_records = len(auditor.get("/v1/audit").json())
+        answers = [auditor.get("/v1/audit/verify").json()]
+    with server.client(server.token_for(b, "tenant_admin")) as lead:
+        answers.append(lead.get("/v1/audit/verify").json())
+    b_records += 1  # the tenant_admin token's own token.create
+    assert answers[0] == {"ok": True, "records": b_records - 1, "first_bad_seq": None}
+    assert answers[1] == {"ok": True, "records": b_records, "first_bad_seq": None}
+    with server.client(server.admin_token) as admin:
+        everything = admin.get("/v1/audit/verify").json()
+        a_records = len(admin.get("/v1/audit", params={"tenant": a}).json())
+    assert everything["ok"] is True and everything["records"] >= a_records + b_records
+    assert a_records > b_records
+
+
 def test_without_admin_env_a_token_file_is_made_once(tmp_path) -> None:  # noqa: ANN001
     import os
 

@@ -100,7 +100,11 @@ def test_backup_while_executions_run_then_restore_and_serve(tmp_path: Path) -> N
                 "tool": "code_exec", "args": {"language": "python", "code": "print(1)"}})
             assert ran.status_code == 200 and ran.json()["audit_seq"] > len(copied)
         auditor = server2.token_for(tenant, "auditor")
-        with server2.client(auditor) as client:
+        with server2.client(auditor) as client:  # the tenant's own records
+            report = client.get("/v1/audit/verify").json()
+            own = client.get("/v1/audit", params={"limit": 10000}).json()
+            assert report == {"ok": True, "records": len(own), "first_bad_seq": None}
+        with server2.client(server2.admin_token) as client:  # the whole log
             report = client.get("/v1/audit/verify").json()
             assert report["ok"] is True and report["records"] > len(copied)
     finally:
