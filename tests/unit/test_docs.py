@@ -18,7 +18,7 @@ def test_every_setting_is_in_the_readme() -> None:
 
 
 def test_readme_names_no_setting_that_does_not_exist() -> None:
-    compose_only = {"NAVI_DATA_ROOT", "NAVI_BIND", "NAVI_SUPERVISOR_BASE"}
+    compose_only = {"NAVI_DATA_ROOT", "NAVI_BIND", "NAVI_SUPERVISOR_BASE", "NAVI_HOST_PASSWD_FILE"}
     client_side = {"NAVI_URL", "NAVI_TOKEN"}  # read by `navi mcp stdio` and the inspect provider
     known = {f"NAVI_{name.upper()}" for name in Settings.model_fields} | compose_only \
         | client_side
