@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
+from runtime.api.disposition import attachment
 from runtime.api.schemas import FileEntryOut
 from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
@@ -59,11 +60,10 @@ async def download(session_id: str, path: str, request: Request, principal: Sess
         reader = await asyncio.to_thread(ws.open_read, path)
     finally:
         ws.close()
-    name = path.rsplit("/", 1)[-1].replace('"', "")
     return StreamingResponse(
         reader, media_type="application/octet-stream",
         headers={"Content-Length": str(reader.size),
-                 "Content-Disposition": f'attachment; filename="{name}"',
+                 "Content-Disposition": attachment(path.rsplit("/", 1)[-1]),
                  "X-Content-Type-Options": "nosniff"},
     )
 
