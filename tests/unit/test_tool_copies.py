@@ -5,6 +5,7 @@ disks where the machine has loop devices; the sandbox is the FakeBackend)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.tools import ToolContext, ToolServices, build_tools
+from runtime.tools.user.descriptor import content_hash
 from runtime.tools.user.objects import ToolObjects
 from runtime.workspace import Workspaces
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
@@ -146,19 +148,25 @@ async def test_replaced_and_deleted_versions_are_removed_in_use_ones_stay(
 
 def test_collect_never_removes_a_copy_a_call_holds(tmp_path: Path) -> None:
     objects = ToolObjects(tmp_path / ".objects")
-    nothing: Any = lambda tenant, size, also: __import__("contextlib").nullcontext()  # noqa: E731
-    copy = objects.acquire("t1", lambda: b"print(1)\n", nothing)
-    again = objects.acquire("t1", lambda: b"print(1)\n", nothing)
+    nothing: Any = lambda tenant, size, also: contextlib.nullcontext()  # noqa: E731
+    copy = objects.acquire("t1", b"print(1)\n", nothing)
+    again = objects.acquire("t1", b"print(1)\n", nothing)
     assert copy == again and copy.read_bytes() == b"print(1)\n"
     assert objects.collect("t1", current=[]) == 0 and copy.exists()
     objects.release("t1", copy)
     assert copy.exists()  # one call still holds it
     objects.release("t1", copy)
-    assert not copy.exists()
-    kept = objects.acquire("t1", lambda: b"print(2)\n", nothing)
+    assert not copy.exists()  # not current: it went with its last call
+    # a call that read its bytes before write_tool replaced them makes its copy after
+    # the collect: it runs, and its copy goes when it ends
+    late = objects.acquire("t1", b"print(0)\n", nothing)
+    objects.release("t1", late)
+    assert not late.exists()
+    digest = content_hash(b"print(2)\n")
+    assert objects.collect("t1", current=[digest]) == 0
+    kept = objects.acquire("t1", b"print(2)\n", nothing)
     objects.release("t1", kept)
-    digest = kept.name.removesuffix(".py")
-    assert objects.collect("t1", current=[digest]) == 0 and kept.exists()
+    assert kept.exists() and kept.name == f"{digest}.py"  # current: kept for the next call
     (tmp_path / ".objects" / ("0" * 64 + ".py")).write_text("old shared layout")
     assert objects.tenants() == ["t1"]
     assert not (tmp_path / ".objects" / ("0" * 64 + ".py")).exists()

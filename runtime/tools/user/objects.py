@@ -14,11 +14,13 @@ bound, so they are
 - removed when nothing refers to them: neither a current version of the tenant's tools (its
   own or a shipped one) nor a call in flight. A call holds a reference from before its copy
   is looked at until its run has ended (``acquire``/``release``); ``collect`` (after
-  ``write_tool``, ``delete_tool`` and at start-up) removes the rest, and a copy that was in
-  use at that moment goes when its last call releases it.
+  ``write_tool``, ``delete_tool`` and at start-up) removes the rest and remembers what is
+  current, and a copy that is not (in use at that moment, or made afterwards by a call
+  that read its bytes before a ``write_tool``: the version its approval named) goes when
+  its last call releases it.
 
-One lock per tenant orders ``acquire`` (read, verify, admit, write, count) against
-``collect``, so a copy a call is about to mount is never removed under it.
+One lock per tenant orders ``acquire`` (admit, write, count) against ``collect``, so a copy
+a call is about to mount is never removed under it.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class ToolObjects:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._refs: dict[tuple[str, str], int] = {}
-        self._doomed: set[tuple[str, str]] = set()
+        self._current: dict[str, set[str]] = {}  # tenant -> SHA-256s its last collect kept
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -100,11 +102,10 @@ class ToolObjects:
                     total += charged_bytes(entry.stat(follow_symlinks=False))
         return total
 
-    def acquire(self, tenant: str, read: Callable[[], bytes], admit: DiskAdmit) -> Path:
-        """The copy of the bytes ``read`` returns (it verifies them), made if absent after
-        ``admit`` let it in; the caller holds a reference until ``release``."""
+    def acquire(self, tenant: str, source: bytes, admit: DiskAdmit) -> Path:
+        """The copy of ``source`` (verified bytes), made if absent after ``admit`` let it
+        in; the caller holds a reference until ``release``."""
         with self._lock(tenant):
-            source = read()
             digest = content_hash(source)
             key = (tenant, digest)
             directory = self.tenant_dir(tenant)
@@ -117,11 +118,11 @@ class ToolObjects:
                     directory.mkdir(mode=0o700, exist_ok=True)
                     _write_copy(directory, name, source)
             self._refs[key] = self._refs.get(key, 0) + 1
-            self._doomed.discard(key)  # current again, or wanted by this call
         return path
 
     def release(self, tenant: str, path: Path) -> None:
-        """The call that acquired ``path`` has ended; a copy collected meanwhile goes now."""
+        """The call that acquired ``path`` has ended; a copy that is no longer current
+        goes with its last call."""
         key = (tenant, path.name.removesuffix(".py"))
         with self._lock(tenant):
             left = self._refs.get(key, 0) - 1
@@ -129,8 +130,8 @@ class ToolObjects:
                 self._refs[key] = left
                 return
             self._refs.pop(key, None)
-            if key in self._doomed:
-                self._doomed.discard(key)
+            current = self._current.get(tenant)
+            if current is not None and key[1] not in current:
                 _unlink(path)
 
     def collect(self, tenant: str, current: Iterable[str]) -> int:
@@ -139,6 +140,7 @@ class ToolObjects:
         keep = set(current)
         removed = 0
         with self._lock(tenant):
+            self._current[tenant] = keep
             try:
                 names = os.listdir(self.tenant_dir(tenant))
             except (FileNotFoundError, NotADirectoryError):
@@ -148,8 +150,7 @@ class ToolObjects:
                 if _OBJECT.fullmatch(name) and digest in keep:
                     continue
                 if self._refs.get((tenant, digest), 0) > 0:
-                    self._doomed.add((tenant, digest))
-                    continue
+                    continue  # goes when released
                 _unlink(self.tenant_dir(tenant) / name)
                 removed += 1
         if removed:

@@ -288,14 +288,13 @@ class UserToolStore:
             )
         return source
 
-    def acquire(self, tenant: str, tool: LoadedUserTool, admit: DiskAdmit) -> Path:
-        """An immutable copy of the tool's verified bytes, named by their SHA-256, in the
-        calling tenant's copies: what a sandbox mounts, so what runs is exactly the content
-        the intent's ``tool_hash`` names (the tool's own path may be replaced at any moment
-        by ``write_tool``). Called once the call is admitted; ``admit`` refuses a copy past
-        the tenant's disk quota. Pair with ``release``."""
-        return self.objects.acquire(check_tenant(tenant), lambda: self.read_verified(tool),
-                                    admit)
+    def acquire(self, tenant: str, source: bytes, admit: DiskAdmit) -> Path:
+        """An immutable copy of a tool's verified bytes (``read_verified``), named by their
+        SHA-256, in the calling tenant's copies: what a sandbox mounts, so what runs is
+        exactly the content the intent's ``tool_hash`` names (the tool's own path may be
+        replaced at any moment by ``write_tool``). Called once the call is admitted;
+        ``admit`` refuses a copy past the tenant's disk quota. Pair with ``release``."""
+        return self.objects.acquire(check_tenant(tenant), source, admit)
 
     def admit_copy(self, tenant: str, size: int, also: int, *, limit: int
                    ) -> AbstractContextManager[None]:

@@ -1,8 +1,8 @@
 """A loaded user tool as a `Tool`: validated by its own JSON schema, run by the runner shim.
 
-The supervisor never imports the file. Once the Executor has admitted the call (quota,
-policy, approval), it verifies the file still hashes to what was loaded and mounts an
-immutable copy named by that hash, counted in the tenant's disk quota
+The supervisor never imports the file. A call reads the file's bytes, verified to hash to
+what was loaded; once the Executor has admitted it (quota, policy, approval), it mounts an
+immutable copy of those bytes named by that hash, counted in the tenant's disk quota
 (``UserToolStore.acquire``; released when the run ends), and the Executor runs
 `python3 -I /opt/navi/runner.py` in the tools-runner image with the copy bind-mounted
 read-only at `/opt/navi/tool.py`, its hash as the runner's argument (the runner refuses
@@ -120,14 +120,17 @@ async def run_user_tool(
     action: Action,
 ) -> ToolResult:
     """Run one user tool call in the sandbox (shared by the tool itself and `test_tool`)."""
+    # refuses a file changed since load; these bytes (what an approval's hash names, even
+    # if write_tool replaces the file while it is pending) are what will run
+    source = await asyncio.to_thread(store.read_verified, loaded)
     copies: list[Path] = []
 
     async def admitted(decision: Decision) -> Invocation:
-        # after admission only: refuses a file changed since load, or a copy past the
-        # tenant's disk quota; what is mounted is this copy, named by its hash
+        # after admission only: a copy past the tenant's disk quota is refused; what is
+        # mounted is this copy, named by its hash
         limit = 0 if ctx.executor is None else \
             ctx.executor.engine.quotas(ctx.subject.policy_tenant).tenant_disk_mb * MiB
-        copy = await asyncio.to_thread(store.acquire, ctx.tenant, loaded,
+        copy = await asyncio.to_thread(store.acquire, ctx.tenant, source,
                                        functools.partial(store.admit_copy, limit=limit))
         copies.append(copy)
         return runner_call(loaded, params, copy)
