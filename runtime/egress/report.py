@@ -2,8 +2,9 @@
 
 The proxy fills an ``EgressLedger`` as connections are decided; ``report()`` freezes it into
 ``EgressReport``, which travels in ``ExecResult.egress`` and is summarised (one line) in the
-audit outcome's ``detail``. Distinct destinations are capped so that a program trying many
-names cannot grow the record without bound (``dropped`` counts what was left out).
+audit outcome's ``detail``. Distinct destinations are capped, allowed and refused each on its
+own, so that a program trying many names cannot grow the record without bound nor push an
+allowed destination out of it (``dropped`` counts what was left out).
 """
 
 from __future__ import annotations
@@ -41,15 +42,23 @@ class EgressReport(BaseModel):
     dropped: int = Field(0, description="decisions not listed (over the destinations cap)")
 
     def summary(self, limit: int = 600) -> str:
-        """One line for the audit: ``egress: allowed a:443 x2; refused b:443 x1 (why)``."""
-        parts = []
-        for d in self.destinations:
+        """One line for the audit: the totals as fields, then allowed destinations, then
+        refused ones, e.g. ``egress: allowed=2 refused=1 bytes_out=120 bytes_in=3400;
+        allowed a:443 x2; refused b:443 x1 (why)``. What does not fit in ``limit`` is
+        ``+N more`` at the end: refused names never push an allowed host out."""
+        text = (f"egress: allowed={self.allowed} refused={self.refused} "
+                f"bytes_out={self.bytes_out} bytes_in={self.bytes_in}")
+        room = limit - len(text) - len("; +999999 more")
+        listed = sorted(self.destinations, key=lambda d: d.verdict != "allowed")  # stable
+        more = self.dropped
+        for i, d in enumerate(listed):
             why = f" ({d.reason})" if d.reason else ""
-            parts.append(f"{d.verdict} {d.host}:{d.port} x{d.count}{why}")
-        if self.dropped:
-            parts.append(f"+{self.dropped} more")
-        text = "egress: " + ("; ".join(parts) if parts else "no connections")
-        return text if len(text) <= limit else text[: limit - 3] + "..."
+            part = f"; {d.verdict} {d.host}:{d.port} x{d.count}{why}"
+            if len(part) > room:
+                more += len(listed) - i
+                break
+            text, room = text + part, room - len(part)
+        return text + (f"; +{more} more" if more else "")
 
 
 class EgressLedger:
@@ -65,6 +74,7 @@ class EgressLedger:
         self.allowed = 0
         self.refused = 0
         self._counts: dict[tuple[str, int, Verdict, str | None], int] = {}
+        self._distinct: dict[Verdict, int] = {"allowed": 0, "refused": 0}
 
     def record(self, host: str, port: int, verdict: Verdict, reason: str | None = None) -> None:
         key = (host[:255], port, verdict, reason)
@@ -74,8 +84,9 @@ class EgressLedger:
             self.refused += 1
         if key in self._counts:
             self._counts[key] += 1
-        elif len(self._counts) < MAX_DESTINATIONS:
+        elif self._distinct[verdict] < MAX_DESTINATIONS:  # refused names take no allowed room
             self._counts[key] = 1
+            self._distinct[verdict] += 1
         else:
             self.dropped += 1
 
@@ -84,6 +95,7 @@ class EgressLedger:
             EgressDestination(host=h, port=p, verdict=v, reason=r, count=n)
             for (h, p, v, r), n in self._counts.items()
         ]
+        dests.sort(key=lambda d: d.verdict != "allowed")  # allowed first, each in first-seen order
         return EgressReport(
             allowlist=list(self.allowlist), connections=self.connections, allowed=self.allowed,
             refused=self.refused, lookups=self.lookups, bytes_out=self.bytes_out,

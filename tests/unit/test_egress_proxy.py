@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from runtime.egress import EgressConfig, EgressProxy, egress_proxy, system_resolver
+from runtime.egress.report import MAX_DESTINATIONS, EgressLedger
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 
@@ -217,3 +219,41 @@ async def test_the_socket_is_private_on_the_host_and_long_paths_work(tmp_path: P
         status, _, w = await ask(proxy, "CONNECT elsewhere.invalid:443 HTTP/1.1\r\n\r\n")
         assert status.startswith(b"HTTP/1.1 403")
         w.close()
+
+
+async def test_refused_names_cannot_push_the_allowed_host_out(
+        tmp_path: Path, upstream: Upstream) -> None:
+    """Red with one cap for both verdicts (localhost dropped), without the report's
+    allowed-first order, and with the old line (no fields; first-seen order, cut at 600)."""
+    refused = [f"{'x' * 60}.{'y' * 60}.n{i}.example" for i in range(MAX_DESTINATIONS + 6)]
+    async with open_proxy(["localhost"], config_for(upstream), tmp_path) as proxy:
+        for name in refused:  # first: every one refused before any lookup
+            status, _, writer = await ask(proxy, f"CONNECT {name}:{upstream.port} HTTP/1.1\r\n\r\n")
+            assert status.startswith(b"HTTP/1.1 403")
+            writer.close()
+        status, reader, writer = await ask(
+            proxy, f"CONNECT localhost:{upstream.port} HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 200")
+        writer.write(b"ping")
+        assert await asyncio.wait_for(reader.readexactly(4), 5) == b"ping"
+        writer.close()
+    report = proxy.report()
+    assert report.allowed == 1 and report.refused == len(refused)
+    assert report.destinations[0].host == "localhost"  # kept, and listed first
+    assert sum(d.verdict == "refused" for d in report.destinations) == MAX_DESTINATIONS
+    assert report.dropped == len(refused) - MAX_DESTINATIONS
+
+    line = report.summary()
+    assert len(line) <= 600
+    head = (f"egress: allowed=1 refused={len(refused)} bytes_out=4 bytes_in=4; "
+            f"allowed localhost:{upstream.port} x1; refused {refused[0]}:{upstream.port} x1 (")
+    assert line.startswith(head), line
+    more = re.fullmatch(r".*; \+(\d+) more", line)
+    assert more is not None
+    listed = line.count("; refused ")
+    assert listed + int(more.group(1)) == len(refused)  # every refused name listed or counted
+
+
+def test_a_line_without_connections_says_so_in_its_fields() -> None:
+    assert EgressLedger(["a.example"]).report().summary() == (
+        "egress: allowed=0 refused=0 bytes_out=0 bytes_in=0")
