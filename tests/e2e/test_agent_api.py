@@ -293,6 +293,37 @@ def test_anti_stall_and_max_iterations(server: Server, user: str, ollama: FakeOl
     assert {"f0.txt", "f1.txt", "f2.txt", "f3.txt"} <= files
 
 
+def test_a_token_revoked_mid_turn_stops_the_turn(server: Server, account: tuple[str, str],
+                                                 user: str, ollama: FakeOllama) -> None:
+    tenant = account[0]
+    with server.client(server.admin_token) as admin:
+        made = admin.post(f"/v1/tenants/{tenant}/tokens", json={"role": "user"}).json()
+    titles = iter(range(1000))
+    ollama.model.fallback = lambda _req: Reply(  # never done: one more item each step
+        calls=[Call("todo", {"action": "add", "title": f"item {next(titles)}"})], hang_s=0.3)
+    session = new_session(server, made["token"])
+    send(server, made["token"], session, "keep busy")
+
+    def revoke_after_the_first_call(event: dict[str, Any]) -> None:
+        if event["type"] == "tool_result" and "revoked" not in made:
+            with server.client(server.admin_token) as admin:
+                made["revoked"] = admin.delete(
+                    f"/v1/tenants/{tenant}/tokens/{made['id']}").status_code
+
+    events = watch(server, user, session, on_event=revoke_after_the_first_call)
+    assert made["revoked"] == 204
+    results = [e for e in events if e["type"] == "tool_result"]
+    assert 1 <= len(results) <= 2  # the first call, at most one more
+    end = events[-1]
+    assert end["type"] == "error" and end["code"] == "token_revoked", end
+    with server.client(user) as client:
+        history = client.get(f"/v1/sessions/{session}/messages").json()
+        todos = client.post(f"/v1/sessions/{session}/exec",
+                            json={"tool": "todo", "args": {"action": "list"}}).json()
+    assert history[-1]["meta"]["error"] == "token_revoked"
+    assert len(todos["metadata"]["items"]) == len(results)
+
+
 # ---- the messages API --------------------------------------------------------------------
 
 
