@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 import structlog
 
+from runtime.config import PROJECT_ROOT
 from runtime.logging import configure_logging, get_logger, route_stdlib_logging, scrub_from_logs
 
 TOKEN = "navi_" + secrets.token_urlsafe(32)
@@ -23,11 +26,11 @@ SECRET = "wx-" + secrets.token_hex(10)
 def stderr(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], str]]:
     """What was written to stderr (configured in the test: capsys's stream by then)."""
     root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    handlers, level, config = root.handlers[:], root.level, structlog.get_config()
     yield lambda: capsys.readouterr().err
     root.handlers[:] = handlers
     root.setLevel(level)
-    structlog.reset_defaults()
+    structlog.configure(**config)
 
 
 def _fail(token: str, secret: str) -> None:
@@ -68,3 +71,15 @@ def test_the_libraries_lines_are_scrubbed_the_same_way(stderr: Callable[[], str]
     text = stderr()
     assert "Exception in ASGI application" in text and "Traceback" in text
     assert "headers =" not in text and OTHER not in text and TOKEN not in text
+
+
+def test_a_process_that_never_configures_logging_is_safe_too() -> None:
+    """`navi mcp stdio` and other entry points log before (or without) `configure_logging`."""
+    code = ("import structlog, runtime.logging\n"
+            "def fail(token):\n    raise RuntimeError('x')\n"
+            f"try:\n    fail({OTHER!r})\n"
+            "except RuntimeError:\n    structlog.get_logger().exception('failed')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PROJECT_ROOT, timeout=60, check=True)
+    text = out.stdout + out.stderr
+    assert "Traceback (most recent call last)" in text and OTHER not in text
