@@ -1,6 +1,7 @@
-"""The behaviour every SandboxBackend promises (see conftest: fake, runc and gVisor, cold
-and warm). What a program does is checked where a backend runs programs; the protocol --
-results, streaming, kill, cancellation, the start gate -- everywhere."""
+"""The behaviour every SandboxBackend promises, on every adapter of the harness (``harness.py``:
+fake, runc and gVisor, cold and warm). What a program does is checked where a backend runs
+programs (``needs(EXECUTE)``); the protocol -- results, streaming, kill, cancellation, the
+start gate -- everywhere."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from runtime.sandbox.fake import FakeResponse
 from runtime.sandbox.models import Limits, OutputChunk
-from tests.conformance.conftest import Sandbox
+from tests.conformance.harness import EXECUTE, Sandbox, adapter_params
+
+pytestmark = pytest.mark.parametrize("adapter", adapter_params())
 
 
 def sh(script: str) -> list[str]:
@@ -31,19 +34,19 @@ async def test_result_names_the_call_and_ok_follows_the_exit(sandbox: Sandbox) -
 
 
 async def test_stdout_stderr_and_exit_code_are_separate(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(sh("echo out; echo err >&2; exit 7"))
     assert (done.stdout, done.stderr, done.exit_code) == (b"out\n", b"err\n", 7)
 
 
 async def test_stdin_is_delivered_then_closed(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(["cat"], stdin=b"line 1\nline 2\n")
     assert done.stdout == b"line 1\nline 2\n" and done.exit_code == 0
 
 
 async def test_binary_output_is_kept_byte_for_byte(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(py("import sys; sys.stdout.buffer.write(bytes(range(256)))"))
     assert done.stdout == bytes(range(256))
 
@@ -67,7 +70,7 @@ async def test_output_streams_while_the_program_runs(sandbox: Sandbox) -> None:
 
 
 async def test_timeout_ends_the_call_near_its_deadline(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     started = time.monotonic()
     done = await sandbox.run(sh("sleep 60"), limits=Limits(timeout_s=2))
     assert done.timed_out and not done.ok
@@ -75,7 +78,7 @@ async def test_timeout_ends_the_call_near_its_deadline(sandbox: Sandbox) -> None
 
 
 async def test_memory_exhaustion_is_reported_as_oom(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(py("b = []\nwhile True: b.append(bytearray(16 << 20))"),
                              limits=Limits(timeout_s=30, memory_mb=64))
     assert not done.ok and done.exit_code != 0
@@ -85,7 +88,7 @@ async def test_memory_exhaustion_is_reported_as_oom(sandbox: Sandbox) -> None:
 async def test_long_writes_arrive_whole(sandbox: Sandbox) -> None:
     """One write far past a pipe buffer, then exit at once: every byte arrives (gVisor's host
     pipes answer such writes short; red there without the navi-stdio relay)."""
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(py(
         "import sys\nsys.stdout.write('o' * 300000)\nsys.stderr.write('e' * 200000)"))
     assert (done.stdout_size, done.stderr_size) == (300000, 200000)
@@ -93,7 +96,7 @@ async def test_long_writes_arrive_whole(sandbox: Sandbox) -> None:
 
 
 async def test_large_output_is_truncated_head_and_tail(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     done = await sandbox.run(
         py("import sys\nsys.stdout.write('HEAD' + 'x' * 200000 + 'TAIL')"),
         limits=Limits(timeout_s=30, output_bytes=4096))
@@ -103,14 +106,14 @@ async def test_large_output_is_truncated_head_and_tail(sandbox: Sandbox) -> None
 
 
 async def test_workspace_persists_and_tmp_does_not(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     await sandbox.run(sh("echo kept > w.txt; echo gone > /tmp/t.txt"))
     done = await sandbox.run(sh("cat w.txt; cat /tmp/t.txt 2>/dev/null || echo none"))
     assert done.stdout == b"kept\nnone\n"
 
 
 async def test_each_call_gets_a_fresh_container(sandbox: Sandbox) -> None:
-    sandbox.needs_execution()
+    sandbox.needs(EXECUTE)
     first = await sandbox.run(py("import os; print(os.uname().nodename, os.getpid())"))
     second = await sandbox.run(sh("ps -e -o pid= | wc -l; ls /tmp | wc -l"))
     assert first.exit_code == 0 and second.exit_code == 0

@@ -6,10 +6,15 @@ anything else on the engine.
 
 Image: ``NAVI_TEST_IMAGE``, default ``navi/python:latest`` -- an image `make test` builds, so
 nothing here depends on an image made by hand on one machine.
+
+A conftest takes the fixtures with ``from tests.docker.sandbox_fixtures import *`` (they are
+this module's ``__all__``); ``engine_config``, ``started_backend`` and ``new_workspace`` are
+the same set-up for code that makes its own backend (the conformance harness's adapters).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -24,6 +29,17 @@ import pytest
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.hostmounts import mount_options
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
+
+__all__ = [  # the fixtures, for a conftest's star import
+    "backend",
+    "backend_config",
+    "docker_api",
+    "run",
+    "sandbox_data_dir",
+    "sandbox_image",
+    "test_instance_id",
+    "workspace",
+]
 
 DEFAULT_IMAGE = "navi/python:latest"
 SANDBOX_UID = 65534
@@ -82,33 +98,53 @@ def sandbox_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         subprocess.run(["umount", root], check=False)
 
 
+def engine_config(data_dir: Path, instance_id: str) -> DockerBackendConfig:
+    return DockerBackendConfig(
+        data_dir=data_dir,
+        workspaces_root=data_dir / "workspaces",
+        sandbox_uid=SANDBOX_UID,
+        instance_id=instance_id,
+    )
+
+
+@contextlib.asynccontextmanager
+async def started_backend(
+    config: DockerBackendConfig, api: docker.APIClient, instance_id: str
+) -> AsyncIterator[DockerBackend]:
+    """A started ``DockerBackend``; closed, and the run's containers swept, after."""
+    sandbox = DockerBackend(config)
+    await sandbox.start()
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+        sweep(api, instance_id)
+
+
+def new_workspace(config: DockerBackendConfig) -> Path:
+    """A fresh workspace under the backend's root, owned by the sandbox uid."""
+    path = config.workspaces_root / f"ws-{uuid.uuid4().hex[:10]}"
+    path.mkdir(parents=True)
+    os.chown(path, SANDBOX_UID, SANDBOX_UID)
+    return path
+
+
 @pytest.fixture
 def backend_config(sandbox_data_dir: Path, test_instance_id: str) -> DockerBackendConfig:
-    return DockerBackendConfig(
-        data_dir=sandbox_data_dir,
-        workspaces_root=sandbox_data_dir / "workspaces",
-        sandbox_uid=SANDBOX_UID,
-        instance_id=test_instance_id,
-    )
+    return engine_config(sandbox_data_dir, test_instance_id)
 
 
 @pytest.fixture
 async def backend(
     backend_config: DockerBackendConfig, docker_api: docker.APIClient, test_instance_id: str
 ) -> AsyncIterator[DockerBackend]:
-    sandbox = DockerBackend(backend_config)
-    await sandbox.start()
-    yield sandbox
-    await sandbox.close()
-    sweep(docker_api, test_instance_id)
+    async with started_backend(backend_config, docker_api, test_instance_id) as sandbox:
+        yield sandbox
 
 
 @pytest.fixture
 def workspace(backend: DockerBackend, backend_config: DockerBackendConfig) -> Path:
-    path = backend_config.workspaces_root / f"ws-{uuid.uuid4().hex[:10]}"
-    path.mkdir(parents=True)
-    os.chown(path, SANDBOX_UID, SANDBOX_UID)
-    return path
+    return new_workspace(backend_config)
 
 
 @pytest.fixture

@@ -1,12 +1,5 @@
-"""Engine-backed sandbox fixtures for the confinement tests (defined in tests/docker)."""
+"""Engine-backed sandbox fixtures for the security tests (defined in tests/docker), and the
+conformance harness's ``sandbox`` for the confinement probes (one per adapter)."""
 
-from tests.docker.sandbox_fixtures import (  # noqa: F401
-    backend,
-    backend_config,
-    docker_api,
-    run,
-    sandbox_data_dir,
-    sandbox_image,
-    test_instance_id,
-    workspace,
-)
+from tests.conformance.harness import adapter, sandbox  # noqa: F401 - fixtures, used by name
+from tests.docker.sandbox_fixtures import *  # noqa: F403 - the engine fixtures (its __all__)

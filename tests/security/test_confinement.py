@@ -1,13 +1,15 @@
 """One adversarial ``test_cant_*`` per isolation promise of DESIGN "The sandbox".
 
-Every probe runs in a cold container and in a warm one (``warm_pool.py``: created and started
-ahead of the call, the job handed to its runner), under each runtime tier (runc, and gVisor's
-runsc), which must all be confined alike.
+Every probe runs on each adapter of the conformance harness that can CONFINE
+(``tests/conformance/harness.py``): today DockerBackend under each runtime tier (runc, and
+gVisor's runsc) in a cold container and in a warm one (``warm_pool.py``: created and started
+ahead of the call, the job handed to its runner), which must all be confined alike. A new
+backend gets these probes by its adapter, not by an edit here.
 
-Each runs hostile code in a real container made by ``DockerBackend`` and asserts the attempt
-fails for the reason the protection gives (EROFS, not just EACCES; EPERM from seccomp, not
-EFAULT from a reachable syscall). Each was shown to go red with its protection switched off
-(see the report of the sandbox issue, and the note in each docstring).
+Each runs hostile code in a real container and asserts the attempt fails for the reason the
+protection gives (EROFS, not just EACCES; EPERM from seccomp, not EFAULT from a reachable
+syscall). Each was shown to go red with its protection switched off (see the report of the
+sandbox issue, and the note in each docstring).
 """
 
 from __future__ import annotations
@@ -25,54 +27,32 @@ import docker
 import pytest
 
 from runtime.errors import InvalidInput
-from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.docker.warm_pool import WarmPoolConfig
-from runtime.sandbox.models import ExecResult, Limits, Mount
+from runtime.sandbox.models import Limits, Mount
+from tests.conformance.harness import CONFINE, Sandbox, adapter_params
 from tests.docker.sandbox_fixtures import RunFn, py
-from tests.docker.warm_fixtures import wait_ready
 
-pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(params=["cold", "warm"])
-def backend_config(
-    request: pytest.FixtureRequest, backend_config: DockerBackendConfig
-) -> DockerBackendConfig:
-    if request.param == "warm":
-        return backend_config.model_copy(update={"warm": WarmPoolConfig(size=1)})
-    return backend_config
-
-
-@pytest.fixture(params=["runc", "gvisor"])
-def tier(request: pytest.FixtureRequest) -> str:
-    """Every probe runs under each runtime tier (``limits.runtime``): both keep every promise."""
-    return str(request.param)
+pytestmark = pytest.mark.parametrize("adapter", adapter_params(CONFINE))
 
 
 @pytest.fixture
-def run(run: RunFn, backend: DockerBackend, workspace: Path, tier: str) -> RunFn:
-    """Cold: as is. Warm: a first call of the same class makes the pool launch a container;
-    the probe then runs in it (asserted, so a probe can never silently run cold)."""
-    base = run
+def run(sandbox: Sandbox) -> RunFn:
+    """A call in the adapter's sandbox (warm adapters assert the probe ran warm)."""
+    return sandbox.run
 
-    async def tiered(argv: list[str], **fields: Any) -> ExecResult:
-        limits = fields.pop("limits", None) or Limits(timeout_s=30)
-        return await base(argv, limits=limits.model_copy(update={"runtime": tier}), **fields)
 
-    run = tiered
-    if not backend.warm.enabled:
-        return run
+@pytest.fixture
+def tier(sandbox: Sandbox) -> str:
+    """The runtime tier the adapter asks for (``limits.runtime``): each keeps every promise."""
+    assert sandbox.caps.runtime is not None, "a confining adapter names its runtime tier"
+    return sandbox.caps.runtime
 
-    async def warm_run(argv: list[str], **fields: Any) -> ExecResult:
-        prime = {k: v for k, v in fields.items() if k not in ("exec_id", "stdin", "on_output")}
-        await run(["true"], **prime)
-        await wait_ready(backend, fields.get("session", workspace.name))
-        served = backend.warm.stats["taken"]
-        result = await run(argv, **fields)
-        assert backend.warm.stats["taken"] == served + 1, "the probe did not run warm"
-        return result
 
-    return warm_run
+@pytest.fixture
+def workspace(sandbox: Sandbox) -> Path:
+    """The sandbox's own workspace (not tests/docker's, which belongs to another backend)."""
+    assert sandbox.workspace is not None, "a confining adapter mounts a workspace"
+    return sandbox.workspace
+
 
 LIBC = "import ctypes, os, json; libc = ctypes.CDLL(None, use_errno=True)\n"
 

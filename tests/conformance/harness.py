@@ -1,0 +1,215 @@
+"""The conformance harness: each ``SandboxBackend`` is one adapter, and every check runs on it.
+
+After inspect_ai's sandbox ``self_check``, where a provider hands the suite a factory: an
+``Adapter`` is a factory (an async context manager that yields a ready ``Sandbox``: a started
+backend, its image and workspace, and how one call is driven) and the backend's
+``Capabilities`` (does it run programs, keep the isolation promises, serve a call from a warm
+container, under which runtime tier). Suites pick adapters by capability, never by type:
+
+    tests/conformance/test_backend_contract.py   every adapter (a check that needs a real
+                                                 program calls ``sandbox.needs(EXECUTE)``)
+    tests/security/test_confinement.py           the adapters that can CONFINE
+
+    fake                    FakeBackend: the protocol only, it runs nothing
+    runc-cold, runc-warm    DockerBackend on runc, a fresh container / a warm one per call
+    gvisor-cold, -warm      DockerBackend on gVisor's runsc
+
+**Adding a backend** (the cluster node, a new engine or tier) is adding one adapter to
+``ADAPTERS`` at the end of this module: its factory and its capabilities (``cannot`` names
+what it can't do, and why). Every conformance check then runs on it, and the confinement
+probes too unless it says it cannot CONFINE; nothing else changes. A suite takes adapters
+with ``pytestmark = pytest.mark.parametrize("adapter", adapter_params(...))`` and the
+``sandbox`` fixture (import ``adapter`` and ``sandbox`` into its conftest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.sandbox.backend import OutputCallback, SandboxBackend
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.warm_pool import WarmPoolConfig
+from runtime.sandbox.fake import FakeBackend, FakeResponse
+from runtime.sandbox.models import ExecRequest, ExecResult, Limits
+from tests.docker.sandbox_fixtures import engine_config, new_workspace, started_backend
+from tests.docker.warm_fixtures import wait_ready
+
+EXECUTE = "execute"  # runs the program it is given: output, exit codes and limits are real
+CONFINE = "confine"  # keeps DESIGN's isolation promises: the confinement probes run on it
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    runtime: str | None = None  # the tier a call asks for (``limits.runtime``); None: as is
+    warm: bool = False  # every call is served by a warm container (asserted per call)
+    cannot: Mapping[str, str] = field(default_factory=dict)  # capability -> why not
+
+    def can(self, capability: str) -> bool:
+        return capability not in self.cannot
+
+
+# One call: the request, its output callback, its start gate, and the scripted answer a
+# backend that runs nothing plays instead (ignored by one that runs the program).
+Driver = Callable[
+    [ExecRequest, OutputCallback | None, Awaitable[object] | None, FakeResponse | None],
+    Awaitable[ExecResult],
+]
+
+
+@dataclass
+class Sandbox:
+    """A ready backend as the checks see it: calls go through ``run``."""
+
+    backend: SandboxBackend
+    caps: Capabilities
+    image: str
+    workspace: Path | None
+    drive: Driver
+
+    @property
+    def executes(self) -> bool:
+        return self.caps.can(EXECUTE)
+
+    def needs(self, capability: str) -> None:
+        """Skip the check, with the adapter's reason, where this backend cannot do it."""
+        if not self.caps.can(capability):
+            pytest.skip(self.caps.cannot[capability])
+
+    def request(self, argv: list[str], **fields: Any) -> ExecRequest:
+        limits = fields.pop("limits", None) or Limits(timeout_s=30)
+        if self.caps.runtime is not None:
+            limits = limits.model_copy(update={"runtime": self.caps.runtime})
+        return ExecRequest(
+            image=fields.pop("image", self.image), argv=argv,
+            exec_id=fields.pop("exec_id", _exec_id()),
+            workspace=fields.pop("workspace", self.workspace),
+            session=fields.pop("session", self.workspace.name if self.workspace else "fake"),
+            tenant="conformance", limits=limits, **fields)
+
+    async def run(self, argv: list[str], *, fake: FakeResponse | None = None,
+                  on_output: OutputCallback | None = None,
+                  before_start: Awaitable[object] | None = None, **fields: Any) -> ExecResult:
+        """Run ``argv``; a backend that runs nothing plays ``fake`` instead (the engine's part
+        of the contract is the program's behaviour, the protocol's part is what is checked)."""
+        return await self.drive(self.request(argv, **fields), on_output, before_start, fake)
+
+
+Factory = Callable[[pytest.FixtureRequest], AbstractAsyncContextManager[Sandbox]]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    id: str
+    caps: Capabilities
+    factory: Factory  # gets the test's fixtures (``getfixturevalue``) for what it needs
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+
+
+def _exec_id() -> str:
+    return f"c-{uuid.uuid4().hex[:12]}"
+
+
+# ---- the fake ---------------------------------------------------------------------------
+
+FAKE = Capabilities(cannot={
+    EXECUTE: "FakeBackend runs nothing: this behaviour is the engine's",
+    CONFINE: "FakeBackend runs nothing: there is nothing to confine",
+})
+
+
+@contextlib.asynccontextmanager
+async def _fake(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    del fixtures  # needs no engine
+    backend = FakeBackend()
+
+    async def drive(call: ExecRequest, on_output: OutputCallback | None,
+                    before_start: Awaitable[object] | None,
+                    scripted: FakeResponse | None) -> ExecResult:
+        backend.push(scripted or FakeResponse())
+        return await backend.run(call, on_output, before_start=before_start)
+
+    yield Sandbox(backend, FAKE, image="fake:latest", workspace=None, drive=drive)
+
+
+
+# ---- Docker, per runtime tier, cold or warm ---------------------------------------------
+
+
+def _cold(backend: DockerBackend) -> Driver:
+    async def drive(call: ExecRequest, on_output: OutputCallback | None,
+                    before_start: Awaitable[object] | None,
+                    scripted: FakeResponse | None) -> ExecResult:
+        return await backend.run(call, on_output, before_start=before_start)
+
+    return drive
+
+
+def _warm(backend: DockerBackend) -> Driver:
+    """A first call of the same class makes the pool launch a container; the call then runs
+    in it (asserted, so a check can never silently run cold)."""
+
+    async def drive(call: ExecRequest, on_output: OutputCallback | None,
+                    before_start: Awaitable[object] | None,
+                    scripted: FakeResponse | None) -> ExecResult:
+        prime = call.model_copy(update={"argv": ["true"], "stdin": b"", "exec_id": _exec_id()})
+        await backend.run(prime)
+        await wait_ready(backend, call.session)
+        taken = backend.warm.stats["taken"]
+        result = await backend.run(call, on_output, before_start=before_start)
+        assert backend.warm.stats["taken"] == taken + 1, "the call did not run warm"
+        return result
+
+    return drive
+
+
+def docker(runtime: str, *, warm: bool) -> Adapter:
+    caps = Capabilities(runtime=runtime, warm=warm)
+
+    @contextlib.asynccontextmanager
+    async def factory(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+        instance_id = fixtures.getfixturevalue("test_instance_id")
+        config = engine_config(fixtures.getfixturevalue("sandbox_data_dir"), instance_id)
+        if warm:
+            config = config.model_copy(update={"warm": WarmPoolConfig(size=1)})
+        api = fixtures.getfixturevalue("docker_api")
+        async with started_backend(config, api, instance_id) as backend:
+            yield Sandbox(backend, caps, image=fixtures.getfixturevalue("sandbox_image"),
+                          workspace=new_workspace(config),
+                          drive=_warm(backend) if warm else _cold(backend))
+
+    return Adapter(f"{runtime}-{'warm' if warm else 'cold'}", caps, factory,
+                   marks=(pytest.mark.docker,))
+
+
+# ---- every backend: add a new one here --------------------------------------------------
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter("fake", FAKE, _fake),
+    *(docker(runtime, warm=warm) for runtime in ("runc", "gvisor") for warm in (False, True)),
+)
+
+
+def adapter_params(*needs: str) -> list[Any]:
+    """``adapter`` parameters: each adapter that can do all of ``needs``, by its id."""
+    return [pytest.param(a, id=a.id, marks=a.marks) for a in ADAPTERS
+            if all(a.caps.can(need) for need in needs)]
+
+
+@pytest.fixture
+def adapter() -> Adapter:
+    raise pytest.UsageError(
+        'parametrize "adapter" with tests.conformance.harness.adapter_params(...)')
+
+
+@pytest.fixture
+async def sandbox(adapter: Adapter, request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    async with adapter.factory(request) as made:
+        yield made
