@@ -117,9 +117,22 @@ class WarmLauncher:
             except OSError as exc:
                 raise SandboxError(f"the warm runner did not start: {exc}") from exc
             if got != want:
-                raise SandboxError(f"the warm runner did not report ready (got {got[:32]!r})")
+                raise SandboxError(f"the warm runner did not report ready ({_said(sock, got)})")
             sock.settimeout(None)
         except BaseException:
             attach.shutdown(attached)
             raise
         return attached
+
+
+def _said(sock: socket.socket, got: bytes) -> str:
+    """What a runner that did not report ready wrote: its stderr line (e.g. why it stopped),
+    else the raw bytes."""
+    if len(got) < 8 or got[0] != attach.STDERR:
+        return f"got {got[:32]!r}"
+    size = min(int.from_bytes(got[4:8], "big"), 300)
+    text = got[8:]
+    with contextlib.suppress(OSError):
+        while len(text) < size and (piece := sock.recv(size - len(text))):
+            text += piece
+    return text.decode(errors="replace").strip()
