@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from runtime.agent.llm.embedded import PACKAGES, EmbeddedServer
-from runtime.agent.llm.embedded_confine import base_python, model_user, prepare
+from runtime.agent.llm.embedded_confine import base_python, launch, model_user, prepare
 from runtime.api.bootstrap import TOKEN_FILE, _read_or_create
 from runtime.errors import LLMUnavailable
 from runtime.store.secrets import SecretBox
@@ -166,3 +166,32 @@ def test_the_models_uid_is_never_a_host_accounts(tmp_path: Path) -> None:
     passwd.write_text("root:x:0:0:root:/root:/bin/sh\nlab:x:199999:199999::/home/lab:/bin/sh\n")
     with pytest.raises(LLMUnavailable, match="host account"):
         model_user(None, 200000, passwd)
+
+
+def test_a_supervisor_that_is_not_root_runs_it_as_itself_and_says_so() -> None:
+    """It cannot switch uid: the model runs as the supervisor's own user, no `user=`."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop to nobody, report, never return into pytest
+        code = 1
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            user = model_user(None, 200000, None)
+            argv, options = launch(user, ["true"])
+            os.write(write, json.dumps({"uid": user.uid, "confined": user.confined,
+                                        "note": user.note, "argv": argv,
+                                        "options": sorted(options)}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        seen = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    assert (seen["uid"], seen["confined"]) == (65534, False)
+    assert "not root" in seen["note"]
+    assert seen["options"] == ["start_new_session", "umask"]  # no user/group switch
+    assert not any(a.startswith("--nproc") for a in seen["argv"])  # shared with ours
