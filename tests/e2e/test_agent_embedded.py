@@ -58,7 +58,8 @@ def test_embedded_model_answers_when_no_server_does(tmp_path: Path) -> None:
         log = srv.log()
     finally:
         stop_server(srv)
-    notices = [e["message"] for e in first if e["type"] == "notice"]
+    # one notice says the embedded model serves; the others are its start's progress
+    notices = [e["message"] for e in first if e["type"] == "notice" and not e.get("phase")]
     assert len(notices) == 1 and MODEL_ALIAS in notices[0]
     for events in (first, second):
         assert events[-1]["type"] == "stream_end", events[-1]
@@ -95,7 +96,7 @@ def test_embedded_model_runs_code_exec_and_answers_from_it(tmp_path: Path) -> No
     start = next(e for e in events if e["type"] == "stream_start")
     assert start["profile"] == "developer"
     # the first turn finds no model server: the notice says the embedded model serves
-    notices = [e["message"] for e in events if e["type"] == "notice"]
+    notices = [e["message"] for e in events if e["type"] == "notice" and not e.get("phase")]
     assert len(notices) == 1 and MODEL_ALIAS in notices[0]
     # the model chose code_exec; it ran in a container, its output streamed back
     calls = [e for e in events if e["type"] == "tool_call"]

@@ -5,7 +5,8 @@ reports who it is (uid, gid, groups, session, rlimits, umask), what it sees of t
 environment, and whether it can read the data dir's `admin-token` and `keys/secrets.key`
 (made by the code that makes them for `navi serve`). `EmbeddedServer._run` runs every build
 step (venv, pip, assemble); `EmbeddedServer.ensure` starts the server, here a stand-in
-`venv/bin/python` that also answers `GET /v1/models` so that `ensure` sees it ready.
+`venv/bin/python` that also answers `GET /v1/models` so that `ensure` sees it ready. Both
+run on uvloop, the event loop `navi serve` runs on (its subprocesses take fewer options).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from runtime.agent.llm.embedded import PACKAGES, EmbeddedServer
 from runtime.agent.llm.embedded_confine import base_python, launch, model_user, prepare
@@ -82,6 +84,11 @@ def data_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def on_uvloop(coro: Coroutine[object, object, object]) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)
+
+
 def _assert_confined(report: dict, server: EmbeddedServer) -> None:
     user = server.user()
     assert user.confined and user.uid not in (0, os.getuid())
@@ -96,7 +103,11 @@ def _assert_confined(report: dict, server: EmbeddedServer) -> None:
     assert report["umask"] == 0o077
 
 
-async def test_build_steps_run_as_the_models_own_uid(data_dir: Path) -> None:
+def test_build_steps_run_as_the_models_own_uid(data_dir: Path) -> None:
+    on_uvloop(_build_steps(data_dir))
+
+
+async def _build_steps(data_dir: Path) -> None:
     server = EmbeddedServer(data_dir / "embedded")
     prepare(server.directory, server.user(), fresh=True)
     lines: list[str] = []
@@ -110,7 +121,11 @@ async def test_build_steps_run_as_the_models_own_uid(data_dir: Path) -> None:
     _assert_confined(json.loads(lines[0]), server)
 
 
-async def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
+def test_server_runs_as_the_models_own_uid(data_dir: Path) -> None:
+    on_uvloop(_server_runs(data_dir))
+
+
+async def _server_runs(data_dir: Path) -> None:
     digest = hashlib.sha256(b"GGUF stand-in").hexdigest()
     server = EmbeddedServer(data_dir / "embedded", model_sha256=digest)
     user = server.user()
@@ -193,5 +208,6 @@ def test_a_supervisor_that_is_not_root_runs_it_as_itself_and_says_so() -> None:
     os.waitpid(pid, 0)
     assert (seen["uid"], seen["confined"]) == (65534, False)
     assert "not root" in seen["note"]
-    assert seen["options"] == ["start_new_session", "umask"]  # no user/group switch
+    assert seen["options"] == ["start_new_session"]
+    assert not any("setpriv" in a for a in seen["argv"])  # no user/group switch
     assert not any(a.startswith("--nproc") for a in seen["argv"])  # shared with ours

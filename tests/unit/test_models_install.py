@@ -42,7 +42,7 @@ async def test_build_steps_never_see_the_supervisors_secrets(
         seen = json.loads(lines[0])
         assert SECRET not in json.dumps(seen) and SECRET not in log.read_text()
         assert "PATH" in seen and set(seen) <= set(CHILD_ENV) | {
-            "HOME", "TMPDIR", "PIP_CACHE_DIR", "PYTHONNOUSERSITE"}
+            "HOME", "TMPDIR", "PIP_CACHE_DIR", "PYTHONNOUSERSITE", "PWD"}  # PWD: sh (umask)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

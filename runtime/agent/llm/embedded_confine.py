@@ -3,12 +3,15 @@
 llama-cpp-python is built from source on first use and its server parses prompts that carry
 untrusted tool output: neither runs as the supervisor. When the supervisor is root, both run
 as a uid:gid of their own (`NAVI_EMBEDDED_UID`, default `sandbox_uid_base - 1`: below every
-tenant's sandbox uid; refused if a host account has it), with no supplementary groups, in a
-session of their own, umask 077, a scrubbed environment whose HOME and TMPDIR are theirs,
-and rlimits (`prlimit`, applied before the program starts). Their files live in `<dir>/model`
-(owned by that uid); the supervisor's own (stamp, logs) stay in `<dir>`, which is root's, so
-the model's uid cannot plant a symlink the supervisor would write through. That uid reads
-what any unprivileged user can: not `keys/` (0700) nor `admin-token` (0600).
+tenant's sandbox uid; refused if a host account has it), with no supplementary groups, no
+new privileges, in a session of their own, umask 077, a scrubbed environment whose HOME and
+TMPDIR are theirs, and rlimits. All of it is set by util-linux's `prlimit` and `setpriv` in
+front of the program (argv, not spawn options: uvloop, which `navi serve` runs on, has no
+`user=`/`umask=` for subprocesses, and a `preexec_fn` is unsafe with threads). Their files
+live in `<dir>/model` (owned by that uid); the supervisor's own (stamp, logs) stay in
+`<dir>`, which is root's, so the model's uid cannot plant a symlink the supervisor would
+write through. That uid reads what any unprivileged user can: not `keys/` (0700) nor
+`admin-token` (0600).
 
 A supervisor that is not root cannot switch uid: the model then runs as the supervisor's own
 user (`ModelUser.confined` is False; logged, and `navi doctor` says so).
@@ -70,18 +73,25 @@ def child_env(user: ModelUser, home: Path) -> dict[str, str]:
             "PIP_CACHE_DIR": str(home / "pip-cache"), "PYTHONNOUSERSITE": "1"}
 
 
+def _tool(name: str) -> str:
+    found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if found is None:
+        raise LLMUnavailable(f"the embedded model needs {name} (util-linux) to confine it")
+    return found
+
+
 def launch(user: ModelUser, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """``argv`` wrapped in its rlimits, and the spawn options that switch to ``user``."""
+    """``argv`` behind its rlimits, the switch to ``user`` and umask 077; and the spawn
+    options (a session of its own)."""
     limits = [f"--{name}={value}:{value}" for name, value in RLIMITS.items()]
+    switch: list[str] = []
     if user.confined:
         limits.append(f"--nproc={NPROC}:{NPROC}")
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise LLMUnavailable("the embedded model needs prlimit (util-linux) to bound it")
-    options: dict[str, Any] = {"start_new_session": True, "umask": 0o077}
-    if user.confined:
-        options |= {"user": user.uid, "group": user.gid, "extra_groups": []}
-    return [prlimit, *limits, "--", *argv], options
+        switch = [_tool("setpriv"), f"--reuid={user.uid}", f"--regid={user.gid}",
+                  "--clear-groups", "--no-new-privs", "--"]
+    umask = ["/bin/sh", "-c", 'umask 077 && exec "$0" "$@"']
+    return ([_tool("prlimit"), *limits, "--", *switch, *umask, *argv],
+            {"start_new_session": True})
 
 
 def _blocker(path: Path, user: ModelUser) -> Path | None:
