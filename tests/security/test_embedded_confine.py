@@ -211,3 +211,34 @@ def test_a_supervisor_that_is_not_root_runs_it_as_itself_and_says_so() -> None:
     assert seen["options"] == ["start_new_session"]
     assert not any("setpriv" in a for a in seen["argv"])  # no user/group switch
     assert not any(a.startswith("--nproc") for a in seen["argv"])  # shared with ours
+
+
+def test_a_cancelled_build_step_leaves_nothing_running(data_dir: Path) -> None:
+    """ninja runs each compiler in a process group of its own: a step that times out ends
+    with everything of its session, not only its first process."""
+    on_uvloop(_cancelled_step(data_dir))
+
+
+async def _cancelled_step(data_dir: Path) -> None:
+    server = EmbeddedServer(data_dir / "embedded")
+    prepare(server.directory, server.user(), fresh=True)
+    lines: list[str] = []
+
+    async def on_line(line: str) -> None:
+        lines.append(line)
+
+    code = ("import subprocess, time\n"
+            "p = subprocess.Popen(['sleep', '300'], process_group=0,\n"
+            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    with pytest.raises(TimeoutError):
+        await server._run([base_python(server.user()), "-c", code],  # noqa: SLF001
+                          server.directory / "install.log", 3, on_line)
+    grandchild = Path(f"/proc/{int(lines[0])}/stat")
+    for _ in range(50):
+        if not grandchild.exists() or grandchild.read_text().split(") ")[1][0] == "Z":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("a process the step started (own group) outlived it")

@@ -38,6 +38,7 @@ from runtime.agent.llm.embedded_confine import (
     ModelUser,
     base_python,
     child_env,
+    kill_session,
     launch,
     model_user,
     prepare,
@@ -188,8 +189,7 @@ class EmbeddedServer:
                             await on_line(line.decode(errors="replace"))
                     code = await proc.wait()
             except (TimeoutError, asyncio.CancelledError):
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                kill_session(proc.pid)  # the step and all it started (compilers too)
                 await proc.wait()
                 raise
         if code != 0:

@@ -19,8 +19,10 @@ user (`ModelUser.confined` is False; logged, and `navi doctor` says so).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import stat
 import sys
 from dataclasses import dataclass
@@ -152,3 +154,22 @@ def prepare(directory: Path, user: ModelUser, *, fresh: bool) -> Path:
             for path in (model, model / "home", model / "home" / "tmp"):
                 os.chown(path, user.uid, user.gid)
     return model
+
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process of session ``sid`` (a build's: ninja puts each compiler in a
+    process group of its own, but none leaves the session); how many were signalled."""
+    killed = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_line = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat_line[stat_line.rindex(")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 3 and int(fields[3]) == sid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
