@@ -15,7 +15,6 @@
     ├── Conflict                    state does not allow it (409)
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
     │   └── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
-    │   └── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
     ├── LLMError                    the model server answered badly (502)
@@ -101,12 +100,6 @@ class QuotaExceeded(NaviError):
     def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
         super().__init__(message, retry_after=retry_after, **details)
         self.retry_after = retry_after
-
-
-class RefusalRateExceeded(QuotaExceeded):
-    """A tenant past its rate of refused calls: this refusal is answered, not recorded."""
-
-    code = "refusal_rate"
 
 
 class RefusalRateExceeded(QuotaExceeded):
