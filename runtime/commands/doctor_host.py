@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime.agent.llm.embedded import EmbeddedServer
-from runtime.agent.llm.embedded_confine import reachable
+from runtime.agent.llm.embedded_confine import default_directory, reachable
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.hostusers import checked_against
@@ -56,7 +56,8 @@ def _embedded(settings: Settings) -> Check:
     name = "embedded model: its own uid"
     if settings.embedded_model == "off":
         return Check(name, True, "off (NAVI_EMBEDDED_MODEL=off)")
-    directory = (settings.embedded_dir or settings.data_dir / "embedded").resolve()
+    directory = (settings.embedded_dir or default_directory(
+        settings.data_dir, settings.embedded_uid, settings.sandbox_uid_base)).resolve()
     server = EmbeddedServer(directory, uid=settings.embedded_uid,
                             uid_base=settings.sandbox_uid_base, passwd=settings.host_passwd)
     try:

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from runtime.agent.llm.embedded import MODEL_ALIAS, PACKAGES, EmbeddedServer
+from runtime.agent.llm.embedded_confine import default_directory
 from runtime.config import Settings
 from runtime.errors import NaviError
 
@@ -32,7 +33,8 @@ DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory
 
 def _server(data_dir: Path | None) -> EmbeddedServer:
     settings = Settings(data_dir=data_dir) if data_dir else Settings()
-    directory = settings.embedded_dir or settings.data_dir / "embedded"
+    directory = settings.embedded_dir or default_directory(
+        settings.data_dir, settings.embedded_uid, settings.sandbox_uid_base)
     return EmbeddedServer(directory.resolve(), uid=settings.embedded_uid,
                           uid_base=settings.sandbox_uid_base, passwd=settings.host_passwd)
 

@@ -242,3 +242,23 @@ async def _cancelled_step(data_dir: Path) -> None:
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("a process the step started (own group) outlived it")
+
+
+def test_the_default_install_dir_is_one_the_model_uid_can_reach() -> None:
+    """`make run` keeps its data dir in the checkout, often under root's 0700 home: the
+    model's default dir then moves to the system's cache instead of being refused."""
+    from runtime.agent.llm.embedded_confine import SYSTEM_CACHE, default_directory
+
+    root = Path(tempfile.mkdtemp(prefix="navi-embedded-dir-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        open_data = root / "open" / "data"
+        open_data.mkdir(parents=True, mode=0o755)
+        (root / "open").chmod(0o755)
+        closed_data = root / "closed" / "data"
+        closed_data.mkdir(parents=True)
+        (root / "closed").chmod(0o700)
+        assert default_directory(open_data, None, 200000) == open_data / "embedded"
+        assert default_directory(closed_data, None, 200000) == SYSTEM_CACHE
+    finally:
+        shutil.rmtree(root)

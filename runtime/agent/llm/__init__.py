@@ -9,6 +9,7 @@ not answer (`FallbackBackend`). Nothing connects until the first request.
 from __future__ import annotations
 
 from runtime.agent.llm.embedded import EmbeddedServer
+from runtime.agent.llm.embedded_confine import default_directory
 from runtime.agent.llm.fallback import FallbackBackend
 from runtime.agent.llm.hosts import HostPool, parse_hosts
 from runtime.agent.llm.ollama import OllamaBackend
@@ -48,7 +49,8 @@ def build_backend(settings: Settings) -> LLMBackend:
                                 blacklist_s=settings.ollama_blacklist_s)
     if settings.embedded_model == "off":
         return primary
-    directory = settings.embedded_dir or settings.data_dir / "embedded"
+    directory = settings.embedded_dir or default_directory(
+        settings.data_dir, settings.embedded_uid, settings.sandbox_uid_base)
     server = EmbeddedServer(directory.resolve(), uid=settings.embedded_uid,
                             uid_base=settings.sandbox_uid_base, passwd=settings.host_passwd)
     return FallbackBackend(primary, server, timeout_s=settings.llm_timeout_s)

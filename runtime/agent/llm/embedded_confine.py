@@ -42,6 +42,7 @@ CHILD_ENV = ("PATH", "LANG", "LC_ALL", "CC", "CXX", "CMAKE_ARGS",
 # rlimits of the build and the server (prlimit(1) sets them, then execs the program). The
 # build's compilers need a few GiB of address space each; the server maps a 250 MB model.
 RLIMITS = {"nofile": 4096, "core": 0, "fsize": 8 << 30, "as": 16 << 30}
+SYSTEM_CACHE = Path("/var/cache/navi/embedded")
 NPROC = 512  # per uid: only meaningful (and only set) when the uid is the model's own
 
 
@@ -120,6 +121,19 @@ def reachable(path: Path, user: ModelUser) -> None:
             f"the embedded model's directory {path} is out of reach of its uid {user.uid}: "
             f"{parent} is mode {stat.S_IMODE(parent.stat().st_mode):04o}; set "
             "NAVI_EMBEDDED_DIR to a directory under ones others may traverse")
+
+
+def default_directory(data_dir: Path, embedded_uid: int | None, uid_base: int) -> Path:
+    """Where the model is installed when NAVI_EMBEDDED_DIR is not set: ``<data>/embedded``,
+    unless the model's uid could not get there (a checkout under root's 0700 home, where
+    `make run` keeps its data dir): then the system's cache, ``/var/cache/navi/embedded``."""
+    preferred = (data_dir / "embedded").resolve()
+    if os.geteuid() != 0:
+        return preferred
+    uid = embedded_uid if embedded_uid is not None else uid_base - 1
+    if _blocker(preferred, ModelUser(uid, uid, True, "")) is None:
+        return preferred
+    return SYSTEM_CACHE
 
 
 def base_python(user: ModelUser) -> str:
