@@ -3,7 +3,9 @@
 Every call goes through `SessionToolCall`, the path of `POST /v1/sessions/{id}/exec`:
 policy, audit, container. A refusal (policy, quota, bad arguments) is a tool result with
 `isError` whose text says why (the policy rule for a denial), so a model can read it. Live
-output becomes `notifications/progress` when the client asked for progress.
+output becomes `notifications/progress` when the client asked for progress. An unexpected
+error is logged and answered, as on the REST API, with an opaque reference only (the SDK
+would send the exception's own text, internals and all).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import mimetypes
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
 
 import mcp_types as types
@@ -25,6 +29,7 @@ from runtime.api.deps import Principal, subject_for
 from runtime.api.mcp.sessions import McpSessions
 from runtime.calls import CallRequest, describe_failure
 from runtime.errors import NaviError
+from runtime.logging import get_logger
 from runtime.store import SessionRecord
 
 if TYPE_CHECKING:
@@ -34,6 +39,25 @@ PRINCIPAL_KEY = "navi.principal"
 RESOURCE_PREFIX = "navi://sessions/"
 MAX_RESOURCE_BYTES = 8 * 1024 * 1024
 PROGRESS_TEXT = 2000
+
+log = get_logger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _opaque_errors(handler: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """What a handler did not expect reaches the client as a reference, never as its text."""
+    @functools.wraps(handler)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await handler(*args, **kwargs)
+        except MCPError:
+            raise
+        except Exception as exc:
+            ref = uuid.uuid4().hex[:12]
+            log.error("mcp_unhandled_error", ref=ref, exc_info=exc)
+            raise MCPError(types.INTERNAL_ERROR, f"internal error (reference {ref})") from None
+    return guarded
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> tuple[Principal, dict[str, str]]:
@@ -147,8 +171,10 @@ def build_server(services_of: Callable[[], Services], sessions: McpSessions) -> 
     return Server("navi", version=__version__,
                   instructions="Navi Runtime: every tool call is decided by the server's "
                                "policy, written to its audit log and run in a fresh sandbox.",
-                  on_list_tools=list_tools, on_call_tool=call_tool,
-                  on_list_resources=list_resources, on_read_resource=read_resource)
+                  on_list_tools=_opaque_errors(list_tools),
+                  on_call_tool=_opaque_errors(call_tool),
+                  on_list_resources=_opaque_errors(list_resources),
+                  on_read_resource=_opaque_errors(read_resource))
 
 
 def _error_result(exc: NaviError) -> types.CallToolResult:
