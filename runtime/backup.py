@@ -48,13 +48,12 @@ from runtime.audit.backup import (
     AuditCopy,
     backup_audit,
     fsync_file,
-    live_instances,
-    lock_instance,
     sqlite_backup,
     write_new_file,
 )
+from runtime.audit.instances import live_instances, lock_instance
+from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.mirror import fsync_dir
-from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.verify import verify_store
 from runtime.errors import AuditIntegrityError, Conflict, InvalidInput
 from runtime.sandbox.instance import INSTANCE_FILE, INSTANCE_ID_RE

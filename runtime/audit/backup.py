@@ -36,13 +36,12 @@ from typing import BinaryIO
 
 from pydantic import BaseModel
 
+from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.mirror import fsync_dir
 from runtime.audit.records import GENESIS_HASH, canonical_json
 from runtime.audit.signing import Checkpoint
-from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, INSTANCES_DIR, MIRROR_NAME
 
-__all__ = ["AuditCopy", "backup_audit", "fsync_file", "live_instances", "lock_instance",
-           "sqlite_backup", "write_new_file"]
+__all__ = ["AuditCopy", "backup_audit", "fsync_file", "sqlite_backup", "write_new_file"]
 _CHUNK = 1 << 20
 
 
@@ -157,38 +156,3 @@ def write_new_file(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def live_instances(data_dir: Path) -> list[str]:
-    """Instances (servers, ``navi exec``) that have this data dir's audit log open now:
-    each holds an exclusive ``flock`` on ``audit.instances/<instance>.lock`` while open."""
-    folder = data_dir / INSTANCES_DIR
-    if not folder.is_dir():
-        return []
-    alive = []
-    for path in sorted(folder.glob("*.lock")):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            alive.append(path.stem)
-        finally:
-            os.close(fd)
-    return alive
-
-
-def lock_instance(data_dir: Path, instance: str) -> int | None:
-    """Hold ``instance``'s lock (as an open audit log would), so a server with that instance
-    id cannot open the log meanwhile; the fd (close it to release), None if it is held."""
-    folder = data_dir / INSTANCES_DIR
-    folder.mkdir(mode=0o700, exist_ok=True)
-    fd = os.open(folder / f"{instance}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd

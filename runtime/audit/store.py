@@ -10,23 +10,16 @@ a power loss in that window turns a finished execution's outcome into ``interrup
 (below), never loses an intent. Any failure to write is ``AuditUnavailable``: callers must
 not run anything (fail closed).
 
-Crash recovery: every process holds an exclusive lock on
-``audit.instances/<instance>.lock`` while the log is open. At open, an ``intent`` with no
-``outcome``/``interrupted`` record whose instance lock is free (its process is gone) is
-closed with an ``interrupted`` record, so the chain tells what was cut short. A live
-instance's in-flight executions are never touched.
-
-Signed checkpoints (``runtime.audit.signing``) pin the head every ``checkpoint_every``
-records, every ``checkpoint_interval_s`` and at close; the latest one is also written to
-``audit.checkpoint.json`` (atomically), outside the database.
+This module is the lifecycle and the locking around those parts: the instance lock held
+while open (``runtime.audit.instances``), crash recovery at open (``runtime.audit.recovery``:
+intents of ended instances get ``interrupted``), signed checkpoints every
+``checkpoint_every`` records, every ``checkpoint_interval_s`` and at close
+(``runtime.audit.checkpoints``), the schema and reads (``runtime.audit.database``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import os
-import re
 import secrets
 import sqlite3
 import time
@@ -38,45 +31,23 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from runtime.audit.mirror import Mirror, fsync_dir
-from runtime.audit.records import GENESIS_HASH, AuditEntry, AuditRecord, canonical_json
+from runtime.audit.checkpoints import CheckpointSchedule, write_checkpoint_file
+from runtime.audit.database import last_checkpoint_seq, open_reader, select_records
+from runtime.audit.instances import INSTANCE_ID, lock_instance, release_instance
+from runtime.audit.layout import DB_NAME, MIRROR_NAME
+from runtime.audit.mirror import Mirror
+from runtime.audit.records import GENESIS_HASH, AuditEntry, AuditRecord
+from runtime.audit.recovery import interrupted_entries
 from runtime.audit.signing import Checkpoint, Signer
-from runtime.audit.writer import COLUMNS, ChainWriter
+from runtime.audit.writer import ChainWriter
 from runtime.errors import AuditUnavailable, ConfigError
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
-DB_NAME = "audit.sqlite3"
-MIRROR_NAME = "audit.jsonl"
-CHECKPOINT_NAME = "audit.checkpoint.json"
-INSTANCES_DIR = "audit.instances"
-SCHEMA_VERSION = 1
 SYNC_DELAY_S = 0.05  # longest a committed record waits for its fsync
-_INSTANCE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY, ts TEXT NOT NULL, kind TEXT NOT NULL, tenant TEXT,
-    session TEXT, exec_id TEXT, tool TEXT, instance TEXT,
-    prev_hash TEXT NOT NULL, hash TEXT NOT NULL, body TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_tenant ON audit (tenant, seq);
-CREATE INDEX IF NOT EXISTS audit_exec ON audit (exec_id);
-CREATE INDEX IF NOT EXISTS audit_session ON audit (session, seq);
-CREATE INDEX IF NOT EXISTS audit_kind ON audit (kind, seq);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, seq INTEGER NOT NULL, hash TEXT NOT NULL,
-    ts TEXT NOT NULL, key_id TEXT NOT NULL, signature TEXT NOT NULL
-);
-"""
-__all__ = ["AuditLog", "CHECKPOINT_NAME", "COLUMNS", "DB_NAME", "MIRROR_NAME"]
+__all__ = ["AuditLog"]
 T = TypeVar("T")
-_OPEN_INTENTS = """
-SELECT body FROM audit AS a WHERE a.kind = 'intent' AND NOT EXISTS (
-    SELECT 1 FROM audit AS b WHERE b.exec_id = a.exec_id AND b.kind IN ('outcome', 'interrupted')
-) ORDER BY a.seq
-"""
 
 
 class AuditLog:
@@ -90,10 +61,9 @@ class AuditLog:
         self.data_dir = Path(data_dir)
         self.on_append = on_append  # observer: seconds one durable append took
         self.instance = instance or "p-" + secrets.token_hex(6)
-        if not _INSTANCE.fullmatch(self.instance):
+        if not INSTANCE_ID.fullmatch(self.instance):
             raise ConfigError(f"bad audit instance id {self.instance!r}")
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_interval_s = checkpoint_interval_s
+        self._checkpoints = CheckpointSchedule(checkpoint_every, checkpoint_interval_s)
         self.sync_delay_s = sync_delay_s
         self._sync_timer: asyncio.TimerHandle | None = None
         self._sync_task: asyncio.Task[None] | None = None
@@ -104,8 +74,6 @@ class AuditLog:
         self._mirror = Mirror(self.data_dir / MIRROR_NAME)
         self._signer: Signer | None = None
         self._instance_fd: int | None = None
-        self._last_cp_seq = 0
-        self._last_cp_time = time.monotonic()
         self._head: tuple[int, str] = (0, GENESIS_HASH)
 
     @property
@@ -142,20 +110,8 @@ class AuditLog:
             self._signer = await asyncio.to_thread(Signer.load_or_create, self.data_dir / "keys")
             await asyncio.to_thread(self._lock_instance)
             await asyncio.to_thread(self._mirror.open)
-            if not self.db_path.exists():  # private from the start; -wal/-shm inherit the mode
-                os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-            db = await aiosqlite.connect(self.db_path, isolation_level=None, timeout=30)
-            self._db = db
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute("PRAGMA synchronous=FULL")
-            await db.execute("PRAGMA busy_timeout=30000")
-            await db.executescript(SCHEMA)
-            await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a real write: RO fails
-            async with db.execute(
-                "SELECT seq FROM checkpoints ORDER BY id DESC LIMIT 1"
-            ) as cur:
-                row = await cur.fetchone()
-            self._last_cp_seq = row[0] if row else 0
+            self._db = await open_reader(self.db_path)
+            self._checkpoints.last_seq = await last_checkpoint_seq(self._db)
             self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="navi-audit-writer")
             self._writer = await self._on_writer(
                 ChainWriter, self.db_path, self._mirror, self.instance)
@@ -207,65 +163,19 @@ class AuditLog:
                 pass
         self._mirror.close()
         if self._instance_fd is not None:
-            try:  # a clean close leaves nothing in flight: the lock file can go
-                (self.data_dir / INSTANCES_DIR / f"{self.instance}.lock").unlink()
-            except OSError:
-                pass
-            os.close(self._instance_fd)  # releases the instance lock
-            self._instance_fd = None
+            fd, self._instance_fd = self._instance_fd, None
+            release_instance(self.data_dir, self.instance, fd)
 
     def _lock_instance(self) -> None:
-        folder = self.data_dir / INSTANCES_DIR
-        folder.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(folder / f"{self.instance}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                     0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise ConfigError(
-                f"audit instance {self.instance!r} is open in another process"
-            ) from None
-        self._instance_fd = fd
-
-    def _instance_alive(self, instance: str | None) -> bool:
-        if instance == self.instance:
-            return False  # we hold our own lock: earlier intents of ours are from a dead run
-        if instance is None or not _INSTANCE.fullmatch(instance):
-            return False
-        path = self.data_dir / INSTANCES_DIR / f"{instance}.lock"
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        self._instance_fd = lock_instance(self.data_dir, self.instance)
+        if self._instance_fd is None:
+            raise ConfigError(f"audit instance {self.instance!r} is open in another process")
 
     async def _recover(self) -> None:
         """Mirror back-fill (via an empty append round) and interrupted intents."""
         async with self._lock:
             await self._write_locked([])
-            db = self._require_db()
-            async with db.execute(_OPEN_INTENTS) as cur:
-                bodies = [row[0] for row in await cur.fetchall()]
-            closes = []
-            for body in bodies:
-                intent = AuditRecord.from_body(body)
-                if await asyncio.to_thread(self._instance_alive, intent.instance):
-                    continue
-                closes.append(AuditEntry(
-                    kind="interrupted", tenant=intent.tenant, user=intent.user,
-                    session=intent.session, exec_id=intent.exec_id, tool=intent.tool,
-                    decision=intent.decision, rule=intent.rule, image=intent.image,
-                    limits=intent.limits,
-                    detail=f"no outcome recorded for intent seq {intent.seq} "
-                           f"(instance {intent.instance} ended)",
-                ))
+            closes = await interrupted_entries(self._require_db(), self.data_dir, self.instance)
             if closes:
                 await self._write_locked(closes)
                 log.warning("audit_interrupted_closed", count=len(closes))
@@ -285,8 +195,7 @@ class AuditLog:
             records = await self._write_locked([entry], durable=durable, then=then)
             if self.on_append is not None:
                 self.on_append(time.perf_counter() - started)
-            if (records[0].seq - self._last_cp_seq >= self.checkpoint_every
-                    or time.monotonic() - self._last_cp_time >= self.checkpoint_interval_s):
+            if self._checkpoints.due(records[0].seq):
                 try:
                     await self._checkpoint_locked()
                 except AuditUnavailable as exc:  # the record itself is written
@@ -366,26 +275,15 @@ class AuditLog:
 
         def checkpoint() -> Checkpoint:
             cp = writer.checkpoint(signer.sign)
-            self._write_checkpoint_file(cp)
+            write_checkpoint_file(self.data_dir, cp)
             return cp
 
         try:
             cp = await self._on_writer(checkpoint)
         except (OSError, sqlite3.Error) as exc:
             raise AuditUnavailable(f"audit checkpoint failed: {exc}") from None
-        self._last_cp_seq, self._last_cp_time = cp.seq, time.monotonic()
+        self._checkpoints.done(cp.seq)
         return cp
-
-    def _write_checkpoint_file(self, cp: Checkpoint) -> None:
-        path = self.data_dir / CHECKPOINT_NAME
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(canonical_json(cp.model_dump()) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.data_dir)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -396,31 +294,6 @@ class AuditLog:
     ) -> list[AuditRecord]:
         """Records in seq order, filtered; `since_seq` is exclusive, `since_ts` inclusive;
         `action` matches records without one (older) as `exec`."""
-        db = self._require_db()
-        where, params = _filters(tenant=tenant, session=session, tool=tool, exec_id=exec_id,
-                                 kind=kind, since_seq=since_seq, since_ts=since_ts,
-                                 action=action)
-        sql = f"SELECT body FROM audit {where} ORDER BY seq LIMIT ?"
-        try:
-            async with db.execute(sql, (*params, max(0, limit))) as cur:
-                return [AuditRecord.from_body(r[0]) for r in await cur.fetchall()]
-        except sqlite3.Error as exc:
-            raise AuditUnavailable(f"audit store unreadable: {exc}") from None
-
-
-def _filters(**kw: object) -> tuple[str, list[object]]:
-    clauses, params = [], []
-    for name in ("tenant", "session", "tool", "exec_id", "kind"):
-        if kw.get(name) is not None:
-            clauses.append(f"{name} = ?")
-            params.append(kw[name])
-    if kw.get("action") is not None:
-        clauses.append("COALESCE(json_extract(body, '$.action'), 'exec') = ?")
-        params.append(kw["action"])
-    if kw.get("since_seq") is not None:
-        clauses.append("seq > ?")
-        params.append(kw["since_seq"])
-    if kw.get("since_ts") is not None:
-        clauses.append("ts >= ?")
-        params.append(kw["since_ts"])
-    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+        return await select_records(
+            self._require_db(), limit=limit, tenant=tenant, session=session, tool=tool,
+            exec_id=exec_id, kind=kind, since_seq=since_seq, since_ts=since_ts, action=action)

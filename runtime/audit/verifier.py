@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from runtime.audit.store import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
+from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.verify import VerifyReport, verify_store
 
 Stamp = tuple[object, ...]

@@ -29,9 +29,10 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, Field, ValidationError
 
+from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.records import GENESIS_HASH, record_hash
 from runtime.audit.signing import Checkpoint, load_verifier
-from runtime.audit.store import CHECKPOINT_NAME, COLUMNS, DB_NAME, MIRROR_NAME
+from runtime.audit.writer import COLUMNS
 from runtime.errors import AuditUnavailable
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from runtime.audit.store import DB_NAME, MIRROR_NAME
+from runtime.audit.layout import DB_NAME, MIRROR_NAME
 from runtime.audit.verify import export_jsonl, verify_store
 from runtime.config import Settings
 from runtime.errors import NaviError

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from runtime.audit import AuditEntry, AuditLog, verify_store
 from runtime.audit.records import canonical_json, record_hash
-from runtime.audit.store import COLUMNS
+from runtime.audit.writer import COLUMNS
 
 N = 12
 FIELDS = [
