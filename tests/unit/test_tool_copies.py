@@ -7,24 +7,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from runtime.audit import AuditLog
 from runtime.config import PROJECT_ROOT
 from runtime.errors import DiskQuotaExceeded, QuotaExceeded
-from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
+from runtime.policy import PolicyEngine
 from runtime.sandbox.fake import FakeBackend, FakeResponse
-from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.user.descriptor import content_hash
 from runtime.tools.user.objects import ToolObjects
 from runtime.workspace import Workspaces
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
+from tests.fakes.tool_rigs import FakeRig, open_fake_rig
 
 MiB = 1024 * 1024
 TENANT = "t_" + "a" * 16
@@ -38,13 +36,8 @@ def tool_source(name: str, version: int = 1) -> str:
 
 
 @dataclass
-class Rig:
-    services: ToolServices
-    backend: FakeBackend
-    audit: AuditLog
-    executor: Executor
-    workspaces: Workspaces
-    workspace: Path
+class Rig(FakeRig):
+    workspaces: Workspaces = field(kw_only=True)
 
     @property
     def copies(self) -> Path:
@@ -52,11 +45,6 @@ class Rig:
 
     def listed(self) -> list[str]:
         return sorted(p.name for p in self.copies.iterdir()) if self.copies.exists() else []
-
-    def ctx(self) -> ToolContext:
-        subject = Subject(tenant=TENANT, user="tok", profile="developer", session="s1")
-        return ToolContext(subject=subject, executor=self.executor,
-                           workspace_path=self.workspace)
 
     async def invoke(self, tool: str, args: dict[str, Any]) -> Any:
         return await self.services.registry.invoke(tool, args, self.ctx())
@@ -71,30 +59,20 @@ def policy_file(tmp_path: Path, **quotas: int) -> Path:
 
 
 async def make_rig(tmp_path: Path, *, disks: bool = False, **quotas: int) -> Rig:
-    engine = PolicyEngine.from_file(policy_file(tmp_path, **quotas))
-    backend = FakeBackend(default=OK)
-    audit = AuditLog(tmp_path / "audit")
-    await audit.open()
-    executor = Executor(engine=engine, backend=backend, audit=audit,
-                        resolve_image=lambda name: f"navi/{name}:latest")
     workspaces = Workspaces(tmp_path / "workspaces",
                             disks=SessionDisks(tmp_path / "workspaces", enabled=disks,
                                                reserve_bytes=0))
-    services = build_tools(tmp_path / "data", policy=engine, shipped_dir=None,
-                           tenant_disk=workspaces)
-    workspaces.count_also = services.user_tools.store.objects.tenant_bytes
-    await services.open()
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return Rig(services, backend, audit, executor, workspaces, ws)
+    rig = await open_fake_rig(tmp_path, PolicyEngine.from_file(policy_file(tmp_path, **quotas)),
+                              backend=FakeBackend(default=OK), tenant=TENANT, shipped_dir=None,
+                              tenant_disk=workspaces)
+    return Rig(**vars(rig), workspaces=workspaces)
 
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     r = await make_rig(tmp_path, execs_per_minute=1)
     yield r
-    await r.services.close()
-    await r.audit.close()
+    await r.close()
 
 
 async def test_refused_calls_write_no_copy(rig: Rig) -> None:

@@ -5,7 +5,6 @@ route, and nothing run. Real Executor, audit and tool store; the FakeBackend rec
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,9 @@ from runtime.errors import Forbidden
 from runtime.sandbox.fake import FakeResponse
 from tests.unit.test_api_exec_contract import api, backend, envelope, user_session  # noqa: F401
 from tests.unit.test_api_roles import Api
-from tests.unit.test_tools_exec import SHOUT, Rig, make_rig
+from tests.unit.test_tools_exec import SHOUT, Rig, rig  # noqa: F401 - `rig`: the fixture
 
 ANSWER = FakeResponse(stdout=b'{"ok": true, "result": "HI"}\n')
-
-
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    r = await make_rig(tmp_path)
-    yield r
-    await r.services.close()
-    await r.audit.close()
 
 
 def switch(tenant_dir: Path, name: str, on: bool) -> None:
@@ -32,7 +23,7 @@ def switch(tenant_dir: Path, name: str, on: bool) -> None:
     index.write_text(json.dumps({**json.loads(index.read_text()), name: on}))
 
 
-async def test_test_tool_refuses_a_disabled_tool_and_runs_nothing(rig: Rig) -> None:
+async def test_test_tool_refuses_a_disabled_tool_and_runs_nothing(rig: Rig) -> None:  # noqa: F811
     reg, ctx = rig.services.registry, rig.ctx()
     await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
     rig.backend.push(ANSWER)

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from runtime.audit import AuditLog
 from runtime.config import PROJECT_ROOT
 from runtime.errors import NotFound, PolicyDenied
-from runtime.executor import Executor
 from runtime.policy import Action, Decision, PolicyEngine, Subject
-from runtime.sandbox.fake import FakeBackend, FakeResponse
+from runtime.sandbox.fake import FakeResponse
 from runtime.sandbox.models import ExecRequest, OutputChunk
-from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.user.tool import RUNNER_ARGV, TOOL_MOUNT
+from tests.fakes.tool_rigs import FakeRig, open_fake_rig
 
 SHOUT = (
     'name = "shout"\ndescription = "Upper-case a text."\n'
@@ -28,40 +25,18 @@ SHOUT = (
 )
 
 
-@dataclass
-class Rig:
-    services: ToolServices
-    backend: FakeBackend
-    audit: AuditLog
-    executor: Executor
-    workspace: Path
-
-    def ctx(self, profile: str = "developer", **kw: object) -> ToolContext:
-        subject = Subject(tenant="t1", user="tok", profile=profile, session="s1")
-        return ToolContext(subject=subject, executor=self.executor,
-                           workspace_path=self.workspace, **kw)  # type: ignore[arg-type]
+Rig = FakeRig
 
 
 async def make_rig(tmp_path: Path, policy: str = "default.yaml") -> Rig:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / policy)
-    backend = FakeBackend()
-    audit = AuditLog(tmp_path / "audit")
-    await audit.open()
-    executor = Executor(engine=engine, backend=backend, audit=audit,
-                        resolve_image=lambda name: f"navi/{name}:latest")
-    services = build_tools(tmp_path / "data", policy=engine)
-    await services.open()
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    return Rig(services, backend, audit, executor, ws)
+    return await open_fake_rig(tmp_path, PolicyEngine.from_file(PROJECT_ROOT / "policies" / policy))
 
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     r = await make_rig(tmp_path)
     yield r
-    await r.services.close()
-    await r.audit.close()
+    await r.close()
 
 
 async def test_code_exec_python_and_bash(rig: Rig) -> None:
