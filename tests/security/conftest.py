@@ -1,5 +1,7 @@
-"""Engine-backed sandbox fixtures for the security tests (defined in tests/docker), and the
-conformance harness's ``sandbox`` for the confinement probes (one per adapter)."""
+"""Engine-backed sandbox fixtures for the security tests (defined in tests/docker), the
+conformance harness's ``sandbox`` for the confinement probes (one per adapter), and the opened
+tools of a data dir (``services``, from tests/fakes/tool_rigs)."""
 
 from tests.conformance.harness import adapter, sandbox  # noqa: F401 - fixtures, used by name
 from tests.docker.sandbox_fixtures import *  # noqa: F403 - the engine fixtures (its __all__)
+from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name

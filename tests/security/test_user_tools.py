@@ -80,15 +80,6 @@ def malicious_source(canary: Path) -> str:
 
 
 @pytest.fixture
-async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
-    svc = build_tools(tmp_path / "data", policy=engine)
-    await svc.open()
-    yield svc
-    await svc.close()
-
-
-@pytest.fixture
 async def ctx(tmp_path: Path) -> AsyncIterator[ToolContext]:
     async with audited_executor(tmp_path / "exec-audit") as executor:
         yield ToolContext(subject=Subject(tenant="t1", session="s1"), executor=executor)

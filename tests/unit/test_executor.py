@@ -26,14 +26,6 @@ def engine(name: str = "default.yaml") -> PolicyEngine:
     return PolicyEngine.from_file(ROOT / "policies" / name)
 
 
-@pytest.fixture
-async def audit(tmp_path: Path):
-    log = AuditLog(tmp_path / "data")
-    await log.open()
-    yield log
-    await log.close()
-
-
 def make(audit: AuditLog, backend: FakeBackend | None = None, eng: PolicyEngine | None = None,
          **kw) -> Executor:
     return Executor(engine=eng or engine(), backend=backend or FakeBackend(), audit=audit,

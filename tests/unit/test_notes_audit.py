@@ -9,21 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import PROJECT_ROOT
 from runtime.errors import AuditUnavailable
 from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
-from runtime.tools import ToolContext, ToolServices, build_tools
+from runtime.policy import Subject
+from runtime.tools import ToolContext, ToolServices
 from tests.fakes.executors import audited_executor
-
-
-@pytest.fixture
-async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
-    svc = build_tools(tmp_path / "data", policy=engine)
-    await svc.open()
-    yield svc
-    await svc.close()
 
 
 @pytest.fixture

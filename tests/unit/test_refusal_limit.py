@@ -3,7 +3,6 @@ run are never limited and keep intent and outcome (real Executor, real audit fil
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -49,14 +48,6 @@ def test_bucket_burst_then_rate_per_tenant() -> None:
     off = RefusalLimiter(burst=0)
     for _ in range(100):
         off.take("a")
-
-
-@pytest.fixture
-async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
-    log = AuditLog(tmp_path / "data")
-    await log.open()
-    yield log
-    await log.close()
 
 
 def subject(tenant: str, profile: str) -> Subject:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,6 @@ from runtime.tools import GROUPS, ToolContext, ToolServices, build_tools
 from tests.fakes.executors import audited_executor
 
 POLICIES = PROJECT_ROOT / "policies"
-
-
-@pytest.fixture
-async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
-    engine = PolicyEngine.from_file(POLICIES / "default.yaml")
-    svc = build_tools(tmp_path / "data", policy=engine)
-    await svc.open()
-    yield svc
-    await svc.close()
 
 
 def subject(profile: str = "developer", role: str = "user", tenant: str = "t1") -> Subject:

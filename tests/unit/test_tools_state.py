@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import PROJECT_ROOT
 from runtime.errors import InvalidInput, NotFound
-from runtime.policy import PolicyEngine, Subject
+from runtime.policy import Subject
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.workspace.workspace import Workspace
 from tests.fakes.executors import audited_executor
@@ -18,15 +17,6 @@ from tests.fakes.executors import audited_executor
 PNG_1x1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-
-
-@pytest.fixture
-async def services(tmp_path: Path) -> AsyncIterator[ToolServices]:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
-    svc = build_tools(tmp_path / "data", policy=engine)
-    await svc.open()
-    yield svc
-    await svc.close()
 
 
 CtxFor = Callable[..., ToolContext]

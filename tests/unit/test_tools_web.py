@@ -179,14 +179,6 @@ def reply(**fields: Any) -> FakeResponse:
     return FakeResponse(stdout=json.dumps(body).encode(), exit_code=0 if body["ok"] else 1)
 
 
-@pytest.fixture
-async def audit(tmp_path: Path):
-    log = AuditLog(tmp_path / "data")
-    await log.open()
-    yield log
-    await log.close()
-
-
 def rig(audit: AuditLog, backend: FakeBackend, policy: str | None = None
         ) -> tuple[ToolRegistry, Executor]:
     engine = (PolicyEngine(parse_policy(policy)) if policy

@@ -1,0 +1,20 @@
+"""Fixtures the unit tests share: the opened tools of a data dir (`services`, from
+tests/fakes/tool_rigs) and a real audit log on disk (`audit`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from runtime.audit import AuditLog
+from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name
+
+
+@pytest.fixture
+async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
+    log = AuditLog(tmp_path / "data")
+    await log.open()
+    yield log
+    await log.close()
