@@ -8,14 +8,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.egress.report import EgressReport
+from runtime.wire import Execution as Execution  # re-exported: its home is the wire models
+from runtime.wire import Runtime
 
 MiB = 1024 * 1024
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 """Ids that become container labels and host path components (artifacts)."""
-
-
-Runtime = Literal["runc", "gvisor"]
 
 
 class Limits(BaseModel):
@@ -106,25 +105,3 @@ class ExecResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out and not self.oom_killed
-
-
-class Execution(BaseModel):
-    """DESIGN's exec result: what a caller (API, agent, CLI) is told about one execution,
-    built once by `ExecOutcome.execution` with `ok` from `ExecResult.ok` (exit code 0,
-    neither timed out nor out of memory); nobody recomputes it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ok: bool
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    timed_out: bool
-    oom_killed: bool
-    truncated: bool
-    duration_ms: int
-    exec_id: str
-    audit_seq: int | None
-    timeout_s: float | None = None
-    runtime: Runtime | None = Field(
-        None, description="the sandbox tier the call ran under (null: it started no container)")

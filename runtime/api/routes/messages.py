@@ -3,14 +3,13 @@ conversation, cancel the running turn. What happens is streamed on the session's
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 from fastapi import APIRouter, Query, Request, status
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import StrictBody
 from runtime.errors import NotFound
+from runtime.wire import CancelOut, MessageOut, TurnOut
 
 router = APIRouter(prefix="/v1/sessions", tags=["agent"])
 
@@ -19,29 +18,6 @@ MAX_MESSAGE_CHARS = 64 * 1024
 
 class MessageBody(StrictBody):
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
-
-
-class TurnOut(BaseModel):
-    turn_id: str
-    session: str
-
-
-class CancelOut(BaseModel):
-    turn_id: str
-    cancelled: bool
-
-
-class MessageOut(BaseModel):
-    id: int
-    turn_id: str
-    role: Literal["user", "assistant", "tool", "summary"]
-    content: str
-    thinking: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    meta: dict[str, Any] = Field(default_factory=dict)
-    created_at: float
 
 
 @router.post("/{session_id}/messages", response_model=TurnOut,
