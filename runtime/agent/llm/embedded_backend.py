@@ -20,11 +20,9 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-import httpx
-
 from runtime.agent.llm.embedded_grammar import CODE_TOOL, FENCE, TOOL_PREFIX, step_grammar
 from runtime.agent.llm.embedded_prompt import render
-from runtime.agent.llm.sse import post_events, usage_of
+from runtime.agent.llm.sse import Choices, EventStreamBackend
 from runtime.agent.llm.types import (
     MAX_TOOL_ARGS_CHARS,
     ChatRequest,
@@ -34,13 +32,11 @@ from runtime.agent.llm.types import (
     ToolCallChunk,
     ToolCallRequest,
     Usage,
-    parse_arguments,
 )
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
-CONNECT_TIMEOUT_S = 5.0
 STEP_TEMPERATURE = 0.0  # a 270M model's best guess is its most likely one
 STOP = ["\nUser:", "\nResult:", "\nNavi:"]  # where a base model goes on with the transcript
 
@@ -89,26 +85,19 @@ def _json_call(step: str) -> ToolCallRequest:
         name = step[len(TOOL_PREFIX):].split('"', 1)[0] if step.startswith(TOOL_PREFIX) else ""
         return ToolCallRequest(id="call_1", name=name[:64] or "unknown", raw_arguments=step[:4096],
                                error="the tool call was cut off or is not valid JSON")
-    args, error = parse_arguments(value.get("arguments"))
-    return ToolCallRequest(id="call_1", name=value["tool"][:200], arguments=args,
-                           raw_arguments=json.dumps(value.get("arguments"))[:4096],
-                           error=error)
+    arguments = value.get("arguments")
+    return ToolCallRequest.parsed("call_1", value["tool"], arguments, json.dumps(arguments))
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(EventStreamBackend):
     """Speaks to the embedded llama-cpp-python server (`base_url` ends in `/v1`)."""
 
     name = "embedded"
+    who = "embedded model server"
+    path = "/completions"
 
     def __init__(self, base_url: str, *, timeout_s: float = 300.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, follow_redirects=False,
-            headers={"Accept": "text/event-stream"},
-            timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
-
-    async def close(self) -> None:
-        await self._http.aclose()
+        super().__init__(base_url, timeout_s=timeout_s)
 
     async def context_window(self, model: str) -> int | None:
         return None
@@ -121,41 +110,28 @@ class EmbeddedBackend:
             "stop": STOP,
         }
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
-        events = post_events(self._http, "/completions", self.body(request),
-                             who="embedded model server", base_url=self.base_url)
-        async for chunk in self._parse(events):
-            yield chunk
-
-    async def _parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[Chunk, None]:
+    async def parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[Chunk, None]:
         raw = ""
         answer: _TextStream | None = None
         tokens = 0
-        reason: str | None = None
-        usage = Usage()
-        async for event in events:
-            if isinstance(event.get("usage"), dict):
-                usage = usage_of(event["usage"])
-            for choice in event.get("choices") or ():
-                if not isinstance(choice, dict):
-                    continue
-                if isinstance(choice.get("finish_reason"), str):
-                    reason = choice["finish_reason"]
-                piece = choice.get("text")
-                if not isinstance(piece, str) or not piece:
-                    continue
-                tokens += 1
-                if len(raw) <= MAX_TOOL_ARGS_CHARS:
-                    raw += piece
-                head = raw.lstrip()
-                if answer is None and head and not FENCE.startswith(head[:3]) and not (
-                        head.startswith("{")):
-                    answer = _TextStream()
-                    piece = raw
-                if answer is not None:
-                    text = answer.feed(piece)
-                    if text:
-                        yield TextDelta(text)
+        choices = Choices(events)
+        async for choice in choices:
+            piece = choice.get("text")
+            if not isinstance(piece, str) or not piece:
+                continue
+            tokens += 1
+            if len(raw) <= MAX_TOOL_ARGS_CHARS:
+                raw += piece
+            head = raw.lstrip()
+            if answer is None and head and not FENCE.startswith(head[:3]) and not (
+                    head.startswith("{")):
+                answer = _TextStream()
+                piece = raw
+            if answer is not None:
+                text = answer.feed(piece)
+                if text:
+                    yield TextDelta(text)
+        reason, usage = choices.reason, choices.usage
         step = raw.strip()
         if answer is None and step.startswith(FENCE):
             call = _code_call(step)

@@ -27,7 +27,6 @@ from runtime.agent.llm.types import (
     ToolCallChunk,
     ToolCallRequest,
     Usage,
-    parse_arguments,
 )
 from runtime.errors import LLMError, LLMUnavailable
 from runtime.logging import get_logger
@@ -157,10 +156,8 @@ class OllamaBackend:
                 if message.content:
                     yield TextDelta(message.content)
                 for call in message.tool_calls or ():
-                    args, error = parse_arguments(call.function.arguments)
-                    yield ToolCallChunk(ToolCallRequest(
-                        id=f"call_{next(counter)}", name=str(call.function.name)[:200],
-                        arguments=args, error=error))
+                    yield ToolCallChunk(ToolCallRequest.parsed(
+                        f"call_{next(counter)}", str(call.function.name), call.function.arguments))
             if part.done:
                 yield Done(usage=Usage(prompt_tokens=part.prompt_eval_count or 0,
                                        completion_tokens=part.eval_count or 0),

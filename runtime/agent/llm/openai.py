@@ -10,12 +10,12 @@ which the loop hands back to the model). Reasoning text is read from `reasoning_
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
-from runtime.agent.llm.sse import post_events, usage_of
+from runtime.agent.llm.sse import Choices, EventStreamBackend
 from runtime.agent.llm.types import (
     MAX_TOOL_ARGS_CHARS,
     ChatMessage,
@@ -26,16 +26,9 @@ from runtime.agent.llm.types import (
     ThinkingDelta,
     ToolCallChunk,
     ToolCallRequest,
-    Usage,
-    parse_arguments,
 )
-from runtime.logging import get_logger
 
-log = get_logger(__name__)
-
-CONNECT_TIMEOUT_S = 5.0
 MAX_TOOL_CALLS = 64
-WHO = "OpenAI-compatible server"
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -91,29 +84,21 @@ class _CallParts:
 
     def finish(self, fallback_id: str) -> ToolCallRequest:
         raw = "".join(self.arguments)
-        args, error = parse_arguments(raw)
-        return ToolCallRequest(id=self.id or fallback_id, name=self.name, arguments=args,
-                               raw_arguments=raw[:4096], error=error)
+        return ToolCallRequest.parsed(self.id or fallback_id, self.name, raw, raw)
 
 
-class OpenAIBackend:
+class OpenAIBackend(EventStreamBackend):
     name = "openai"
+    who = "OpenAI-compatible server"
+    path = "/chat/completions"
 
     def __init__(self, base_url: str, api_key: str | None = None, *,
                  timeout_s: float = 300.0) -> None:
-        headers = {"Accept": "text/event-stream"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, follow_redirects=False,
-            timeout=httpx.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s)))
+        super().__init__(base_url, timeout_s=timeout_s,
+                         headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
         self._windows: dict[str, int | None] = {}
 
-    async def close(self) -> None:
-        await self._http.aclose()
-
-    def _body(self, request: ChatRequest) -> dict[str, Any]:
+    def body(self, request: ChatRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model, "messages": to_openai_messages(request.messages),
             "stream": True, "stream_options": {"include_usage": True},
@@ -126,43 +111,29 @@ class OpenAIBackend:
             body["max_tokens"] = request.max_tokens
         return body
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
-        events = post_events(self._http, "/chat/completions", self._body(request),
-                             who=WHO, base_url=self.base_url)
-        async for chunk in self._parse(events):
-            yield chunk
-
-    async def _parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Chunk]:
+    async def parse(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[Chunk]:
         calls: dict[int, _CallParts] = {}
-        usage = Usage()
-        reason: str | None = None
-        async for event in events:
-            if isinstance(event.get("usage"), dict):
-                usage = usage_of(event["usage"])
-            for choice in event.get("choices") or ():
-                if not isinstance(choice, dict):
+        choices = Choices(events)
+        async for choice in choices:
+            delta: dict[str, Any] = (choice["delta"] if isinstance(choice.get("delta"), dict)
+                                     else {})
+            thinking = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thinking, str) and thinking:
+                yield ThinkingDelta(thinking)
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                yield TextDelta(delta["content"])
+            for part in delta.get("tool_calls") or ():
+                if not isinstance(part, dict):
                     continue
-                delta: dict[str, Any] = (choice["delta"] if isinstance(choice.get("delta"), dict)
-                                         else {})
-                thinking = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(thinking, str) and thinking:
-                    yield ThinkingDelta(thinking)
-                if isinstance(delta.get("content"), str) and delta["content"]:
-                    yield TextDelta(delta["content"])
-                for part in delta.get("tool_calls") or ():
-                    if not isinstance(part, dict):
-                        continue
-                    index = part.get("index", len(calls))
-                    if not isinstance(index, int) or index < 0:
-                        continue
-                    if index not in calls and len(calls) >= MAX_TOOL_CALLS:
-                        continue
-                    calls.setdefault(index, _CallParts()).add(part)
-                if isinstance(choice.get("finish_reason"), str):
-                    reason = choice["finish_reason"]
+                index = part.get("index", len(calls))
+                if not isinstance(index, int) or index < 0:
+                    continue
+                if index not in calls and len(calls) >= MAX_TOOL_CALLS:
+                    continue
+                calls.setdefault(index, _CallParts()).add(part)
         for n, index in enumerate(sorted(calls), start=1):
             yield ToolCallChunk(calls[index].finish(f"call_{n}"))
-        yield Done(usage=usage, reason=reason, served_by=self.base_url)
+        yield Done(usage=choices.usage, reason=choices.reason, served_by=self.base_url)
 
     async def context_window(self, model: str) -> int | None:
         if model in self._windows:

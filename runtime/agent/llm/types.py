@@ -35,6 +35,13 @@ class ToolCallRequest(BaseModel):
     raw_arguments: str = ""
     error: str | None = None
 
+    @classmethod
+    def parsed(cls, id: str, name: str, arguments: Any, raw: str = "") -> ToolCallRequest:
+        """A call with the model's ``arguments`` (object or JSON text) parsed here, its name
+        and raw text bounded; ``error`` set when they do not parse."""
+        args, error = parse_arguments(arguments)
+        return cls(id=id, name=name[:200], arguments=args, raw_arguments=raw[:4096], error=error)
+
 
 class ImageInput(BaseModel):
     media_type: str
