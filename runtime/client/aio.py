@@ -12,7 +12,7 @@ from runtime.client import config
 from runtime.client.calls import Call, Endpoints, exec_body, seg
 from runtime.client.errors import error_from_response
 from runtime.client.models import Event, ExecChunk, ExecOut
-from runtime.client.sse import SSEDecoder, event_of, exec_item
+from runtime.client.sse import SSEDecoder, ended_early, event_of, exec_item
 
 T = TypeVar("T")
 
@@ -66,6 +66,7 @@ class AsyncNaviClient(Endpoints):
                     yield item
                     if isinstance(item, ExecOut):
                         return
+            raise ended_early()
 
     async def events(self, session: str, last_event_id: int | None = None
                      ) -> AsyncIterator[Event]:

@@ -58,8 +58,8 @@ def exec_item(data: dict[str, Any]) -> ExecChunk | ExecOut | None:
             {k: data.get(k) for k in ("exec_id", "stream", "data")})
     if kind == "error":
         _raise(data)
-    if kind != "tool_result":
-        return None
+    if kind != "tool_result" or data.get("code") is not None:
+        return None  # a refused call's result: the `error` frame with its status follows
     said = {"output": data.get("output") or None, "error": data.get("error"),
             "exec_id": data.get("exec_id")}
     if data.get("ok") is not None:  # a sandboxed run: its fields, flat in the event
@@ -73,3 +73,7 @@ def _raise(data: dict[str, Any]) -> NoReturn:
     status = data.get("status")
     fields = {k: v for k, v in data.items() if k != "type"}
     raise api_error(status if isinstance(status, int) else 500, fields)
+
+
+def ended_early() -> NaviClientError:
+    return NaviClientError("the exec stream ended before its result")

@@ -185,10 +185,10 @@ def test_tools_audit_and_verify(server: Server, account: tuple[str, str],
     with NaviClient(server.url, server.token_for(account[0], "auditor")) as auditor:
         records = auditor.audit(session=session)
         assert all(isinstance(r, AuditRecord) for r in records)
-        assert [(r.action, r.decision) for r in records] == [
-            ("session.create", "allow"), ("exec", "allow")]
-        assert records[-1].seq == ran.audit_seq and records[-1].exec_id == ran.exec_id
-        assert records[-1].model_extra and "args_sha256" in records[-1].model_extra
+        assert (records[0].action, records[0].decision) == ("session.create", "allow")
+        runs = [r for r in records if r.exec_id == ran.exec_id]
+        assert {r.action for r in runs} == {"exec"} and ran.audit_seq in {r.seq for r in runs}
+        assert any(r.model_extra and r.model_extra.get("args_sha256") for r in runs)
         verified = auditor.verify_audit()
         assert verified.ok and verified.records >= 2 and verified.first_bad_seq is None
 
