@@ -28,18 +28,7 @@ from runtime.agent.context import ContextBuilder
 from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore
-from runtime.agent.llm.types import (
-    ChatRequest,
-    Done,
-    ImageInput,
-    LLMBackend,
-    Notice,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallChunk,
-    ToolCallRequest,
-    Usage,
-)
+from runtime.agent.llm import types as llm
 from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import annotate, system_prompt
 from runtime.agent.token_check import check_token
@@ -61,8 +50,8 @@ MAX_CALLS_KEPT = 32  # calls beyond this in one answer are dropped unseen (untru
 class Answer:
     text: str = ""
     thinking: str = ""
-    calls: list[ToolCallRequest] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    calls: list[llm.ToolCallRequest] = field(default_factory=list)
+    usage: llm.Usage = field(default_factory=llm.Usage)
     too_long: bool = False
     served_by: str | None = None
 
@@ -70,7 +59,7 @@ class Answer:
 @dataclass
 class TurnSetup:
     services: AgentDeps
-    backend: LLMBackend
+    backend: llm.LLMBackend
     history: MessageStore
     profile: AgentProfile
     persona: str | None
@@ -85,7 +74,7 @@ class Turn:
     def __init__(self, setup: TurnSetup, events: TurnEvents) -> None:
         self.s = setup
         self.events = events
-        self.usage = Usage()
+        self.usage = llm.Usage()
         self.iterations = 0
         self.partial = ""
         self._live: list[str] = []
@@ -173,7 +162,7 @@ class Turn:
         window = min(s.profile.context_window, reported or s.profile.context_window)
         builder = ContextBuilder(s.history, s.backend, s.model, window, s.subject.session,
                                  s.turn_id)
-        images: dict[str, list[ImageInput]] = {}
+        images: dict[str, list[llm.ImageInput]] = {}
         failed: set[str] = set()
         last_text = ""
         for iteration in range(1, s.profile.max_iterations + 1):
@@ -182,7 +171,7 @@ class Turn:
             messages = await builder.build(system, tools, images, functools.partial(
                 annotate, profile=s.profile, iteration=iteration, goal=s.content,
                 failed_calls=failed))
-            answer = await self._ask(ChatRequest(
+            answer = await self._ask(llm.ChatRequest(
                 model=s.model, messages=messages, tools=tools,
                 temperature=s.profile.temperature, think=s.profile.think, num_ctx=window))
             calls = [c.model_copy(update={"id": f"{s.turn_id}_{iteration}_{n}"})
@@ -222,38 +211,38 @@ class Turn:
                 "final answer.")
         return "max_iterations", (last_text + "\n\n" + note) if last_text else note
 
-    async def _store_tool(self, call: ToolCallRequest, content: str, meta: dict[str, Any]
+    async def _store_tool(self, call: llm.ToolCallRequest, content: str, meta: dict[str, Any]
                           ) -> None:
         s = self.s
         await s.history.append(s.subject.session, s.turn_id, "tool", content,
                                tool_call_id=call.id, tool_name=call.name, meta=meta)
 
-    async def _ask(self, request: ChatRequest) -> Answer:
+    async def _ask(self, request: llm.ChatRequest) -> Answer:
         answer = Answer()
         text = self._live = []
         thinking: list[str] = []
         size = 0
         async with contextlib.aclosing(self.s.backend.stream(request)) as chunks:
             async for chunk in chunks:
-                if isinstance(chunk, ThinkingDelta | TextDelta):
+                if isinstance(chunk, llm.ThinkingDelta | llm.TextDelta):
                     size += len(chunk.text)
                     if size > ANSWER_TEXT:
                         answer.too_long = True
                         break
-                if isinstance(chunk, ThinkingDelta):
+                if isinstance(chunk, llm.ThinkingDelta):
                     thinking.append(chunk.text)
                     self.events.delta("thinking", chunk.text)
-                elif isinstance(chunk, TextDelta):
+                elif isinstance(chunk, llm.TextDelta):
                     text.append(chunk.text)
                     self.events.delta("text", chunk.text)
-                elif isinstance(chunk, ToolCallChunk):
+                elif isinstance(chunk, llm.ToolCallChunk):
                     self.events.end_thinking()
                     if len(answer.calls) < MAX_CALLS_KEPT:
                         answer.calls.append(chunk.call)
-                elif isinstance(chunk, Done):
+                elif isinstance(chunk, llm.Done):
                     answer.usage = chunk.usage
                     answer.served_by = chunk.served_by
-                elif isinstance(chunk, Notice):
+                elif isinstance(chunk, llm.Notice):
                     self.events.emit(NoticeEvent(turn_id=self.s.turn_id,
                                                  message=clip(chunk.text, 2000),
                                                  phase=chunk.phase, progress=chunk.progress))
