@@ -8,13 +8,13 @@ from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
 from runtime.calls.images import MAX_IMAGES, image_blocks, image_refs
 from runtime.calls.live_output import LiveOutput
 from runtime.calls.service import (
-    CallOrigin,
     CallRequest,
     SessionToolCall,
     describe_failure,
     expected,
 )
 from runtime.sandbox.models import Execution
+from runtime.tools.base import CallOrigin
 
 __all__ = [
     "EVENT_ERROR", "EVENT_TEXT", "MAX_IMAGES", "CallOrigin", "CallRequest", "Execution",

@@ -1,12 +1,13 @@
 """`SessionToolCall`: the one path by which a caller runs a tool in a session.
 
-The exec route (`POST /v1/sessions/{id}/exec`), the agent loop's tool calls and the MCP
-server all come here, so a call is assembled, announced, counted and reported one way:
+The exec route (`POST /v1/sessions/{id}/exec`), the agent loop's tool calls, the MCP
+server and `navi exec` (a CLI subject, its own session) all come here, so a call is
+assembled, announced, counted and reported one way:
 
     look the tool up -> one worker hop: open the workspace, validate the arguments
-    -> ToolContext (bad arguments: refused, policy first) -> `tool_call` event
-    -> registry.run (policy, audit, Executor, sandbox; live `exec_output`) -> metrics
-    -> `tool_result` event -> the typed `ToolResult`
+    -> ToolContext (inputs only; bad arguments: refused, policy first) -> `tool_call` event
+    -> registry.run (policy, audit, Executor, sandbox; live `exec_output`) -> `ToolOutcome`
+    -> metrics -> `tool_result` event (with the deciding rule) -> the typed `ToolResult`
 
 A request refused before it runs (no such tool, bad arguments) announces nothing (no
 event) unless the caller announced it itself (`CallRequest.announced`: the agent shows every
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
 from runtime.calls.images import image_refs
@@ -32,21 +33,27 @@ from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultE
 from runtime.executor import Approver, Executor, new_exec_id
 from runtime.metrics import Metrics, tool_label
 from runtime.policy.decision import Subject
-from runtime.tools.base import Tool, ToolContext, ToolResult
+from runtime.sandbox.backend import OutputCallback
+from runtime.tools.base import CallOrigin, Tool, ToolContext, ToolResult
 from runtime.tools.event_args import event_args
 from runtime.tools.registry import ToolRegistry
-from runtime.workspace import Workspace, Workspaces
+from runtime.workspace import Workspace
 
 TOOL_NAME_SHOWN = 200
 
 
-@dataclass(frozen=True)
-class CallOrigin:
-    """Where a call comes from, as its events say: an agent turn's step and call id."""
+class SessionFiles(Protocol):
+    """Where a session's files are: `runtime.workspace.Workspaces` for the server,
+    `runtime.calls.local.WorkspaceDir` for `navi exec` (one directory, or none)."""
 
-    turn_id: str | None = None
-    call_id: str | None = None
-    iteration: int | None = None
+    def verify(self, tenant_id: str, session_id: str) -> Path | None: ...
+
+    def open(self, tenant_id: str, session_id: str) -> Workspace | None: ...
+
+
+OutputTo = Callable[[SessionEventBus, str], OutputCallback | None]
+"""Where a call's live output goes, given its session bus and exec id (the server:
+`LiveOutput`, `exec_output` events; `navi exec`: its own stdout and stderr)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,8 @@ class _Prepared:
     stored exception's traceback holds the frame that holds the arguments, a cycle only the
     garbage collector frees — 11 MiB a refused request)."""
 
-    path: Path
-    workspace: Workspace
+    path: Path | None
+    workspace: Workspace | None
     shown: Any
     params: Any
     refusal: tuple[type[InvalidInput], str, dict[str, Any]] | None = None
@@ -99,17 +106,20 @@ class _Prepared:
 
 
 class SessionToolCall:
-    """Runs tool calls for every caller; built once per app (`Services.calls`)."""
+    """Runs tool calls for every caller; built once per app (`Services.calls`), or once per
+    `navi exec` (a CLI subject, the directory it names, output to its terminal)."""
 
-    def __init__(self, *, registry: ToolRegistry, executor: Executor, workspaces: Workspaces,
+    def __init__(self, *, registry: ToolRegistry, executor: Executor, workspaces: SessionFiles,
                  hub: EventHub, metrics: Metrics,
-                 approver_for: Callable[[SessionEventBus], Approver]) -> None:
+                 approver_for: Callable[[SessionEventBus], Approver | None],
+                 output_to: OutputTo = LiveOutput) -> None:
         self.registry = registry
         self.executor = executor
         self.workspaces = workspaces
         self.hub = hub
         self.metrics = metrics
         self.approver_for = approver_for
+        self.output_to = output_to
 
     def label(self, tool: str, *, found: bool) -> str:
         """The call's metric label, from a closed set (callers name tools at will)."""
@@ -144,11 +154,9 @@ class SessionToolCall:
                                             tool)
         ctx = ToolContext(subject=subject, workspace=prep.workspace,
                           workspace_path=prep.path, executor=self.executor,
-                          on_output=LiveOutput(bus, request.exec_id),
+                          on_output=self.output_to(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
-                          approver=self.approver_for(bus),
-                          extra={"turn_id": request.origin.turn_id,
-                                 "call_id": request.origin.call_id})
+                          approver=self.approver_for(bus), origin=request.origin)
         try:
             if (refused := prep.refused()) is not None:
                 try:
@@ -166,18 +174,18 @@ class SessionToolCall:
             active = self.metrics.active.labels(subject.tenant)
             active.inc()
             try:
-                result = await self.registry.run(tool, prep.params, ctx)
+                outcome = await self.registry.run(tool, prep.params, ctx)
             except NaviError as exc:
                 self._failed(bus, subject, request, label, exc, announced=True)
                 raise
             finally:
                 active.dec()
         finally:
-            prep.workspace.close()
-        if result.execution is None and ctx.execution is not None:
-            result = result.model_copy(update={"execution": ctx.execution})
+            if prep.workspace is not None:
+                prep.workspace.close()
+        result = outcome.result
         self._count(subject.tenant, label, result)
-        bus.publish(_result_event(request, result, ctx.decision_rule))
+        bus.publish(_result_event(request, result, outcome.rule))
         return result
 
     def _prepare(self, subject: Subject, request: CallRequest, tool: Tool) -> _Prepared:
@@ -190,7 +198,8 @@ class SessionToolCall:
             except InvalidInput as exc:  # refused on the loop: the policy may speak first
                 refusal = (type(exc), exc.message, exc.details)
         except BaseException:
-            workspace.close()
+            if workspace is not None:
+                workspace.close()
             raise
         return _Prepared(path, workspace, shown, None, refusal)
 

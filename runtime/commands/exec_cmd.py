@@ -2,9 +2,11 @@
 
     navi exec --tool code_exec --arg language=python --arg code='print(1)' [--json]
 
-Nothing takes a shortcut: the call is decided by the policy file, written to the audit log
-of the data dir (intent before the container starts, outcome after) and run by the Docker
-backend in a fresh hardened container. Output streams live (stdout to stdout, stderr to
+Nothing takes a shortcut: the call goes through the same call service as the API
+(`runtime.calls.SessionToolCall`, with a CLI subject: user and session ``cli``), so it is
+validated by the tool, decided by the policy file, written to the audit log of the data dir
+(intent before the container starts, outcome after) and run by the Docker backend in a
+fresh hardened container. Output streams live (stdout to stdout, stderr to
 stderr) unless ``--json``, which prints DESIGN's exec result fields once it is done.
 
 Exit status mirrors the program's exit code; otherwise: 124 timed out, 137 killed for
@@ -30,6 +32,8 @@ from typing import Annotated, Any, NoReturn, cast
 import typer
 
 from runtime.audit.store import AuditLog
+from runtime.calls import CallRequest, SessionToolCall
+from runtime.calls.local import WorkspaceDir
 from runtime.commands.policy import parse_args
 from runtime.config import Settings
 from runtime.errors import (
@@ -41,20 +45,23 @@ from runtime.errors import (
     QuotaExceeded,
     SandboxError,
 )
-from runtime.executor import ExecOutcome, Executor
+from runtime.events import EventHub, SessionEventBus
+from runtime.executor import Executor
 from runtime.logging import _escape, configure_logging
+from runtime.metrics import Metrics
 from runtime.policy import Action, Decision, PolicyEngine, Subject, load_policy
 from runtime.policy.decision import Role
-from runtime.sandbox.backend import SandboxBackend
-from runtime.sandbox.models import OutputChunk
-from runtime.tools.exec_requests import SUPPORTED, invocation_for
+from runtime.sandbox.backend import OutputCallback, SandboxBackend
+from runtime.sandbox.models import Execution, OutputChunk
+from runtime.tools.base import ToolResult
+from runtime.tools.builtin.exec import CodeExecTool, TerminalTool
+from runtime.tools.registry import ToolRegistry
 
 EXIT_TIMEOUT, EXIT_OOM, EXIT_DENIED, EXIT_QUOTA, EXIT_AUDIT, EXIT_SANDBOX, EXIT_USAGE = (
     124, 137, 126, 75, 74, 69, 2)
 
 
-def _exit_code(outcome: ExecOutcome) -> int:
-    result = outcome.result
+def _exit_code(result: Execution) -> int:
     if result.timed_out:
         return EXIT_TIMEOUT
     if result.oom_killed:
@@ -88,30 +95,36 @@ async def _write(chunk: OutputChunk) -> None:
 async def run_exec(
     settings: Settings, engine: PolicyEngine, subject: Subject, action: Action,
     workspace: Path | None, *, stream: bool, interactive: bool,
-) -> ExecOutcome:
-    """Policy + Executor + audit + DockerBackend for one call; raises the runtime's errors.
+) -> ToolResult:
+    """One call through `SessionToolCall` (registry, policy, Executor, audit, DockerBackend)
+    with the exec tools; raises the runtime's errors.
 
     A tool `navi exec` cannot run is still put to the policy first, so a denied tool is
     reported (and audited) as the denial it is.
     """
-    unsupported = action.tool not in SUPPORTED
-    invocation = None if unsupported else invocation_for(action.tool, action.args)
-    if invocation is not None and workspace is not None:
-        invocation = invocation.model_copy(update={"workspace": workspace})
+    registry = ToolRegistry([CodeExecTool(), TerminalTool()], policy=engine)
     backend = _backend(settings, workspace)
+    approver = _tty_approver if interactive else None
+
+    def output_to(bus: SessionEventBus, exec_id: str) -> OutputCallback | None:
+        return _write if stream else None
+
     try:
         async with AuditLog(settings.data_dir) as audit:
             executor = Executor(
                 engine=engine, backend=backend, audit=audit,
-                resolve_image=lambda name: f"{settings.image_prefix}/{name}:latest",
-                approver=_tty_approver if interactive else None,
-            )
-            if invocation is None:
+                resolve_image=lambda name: f"{settings.image_prefix}/{name}:latest")
+            if action.tool not in registry.builtin_names():
                 await executor.authorize(subject, action)
-                invocation_for(action.tool, action.args)  # raises: not runnable from here
-            assert invocation is not None
-            return await executor.execute(subject, action, invocation,
-                                          on_output=_write if stream else None)
+                runs = " and ".join(sorted(registry.builtin_names()))
+                raise InvalidInput(f"navi exec runs {runs} only, not {action.tool!r}",
+                                   tool=action.tool)
+            calls = SessionToolCall(
+                registry=registry, executor=executor, workspaces=WorkspaceDir(workspace),
+                hub=EventHub(), metrics=Metrics(), approver_for=lambda bus: approver,
+                output_to=output_to)
+            return await calls(subject, CallRequest(tool=action.tool, args=action.args,
+                                                    timeout_s=action.timeout_s))
     finally:
         await backend.close()
 
@@ -158,20 +171,21 @@ def exec_command(
                           profile=profile or engine.default_profile(tenant) or "developer")
         action = Action(tool=tool, args=args, timeout_s=timeout)
         interactive = not as_json and sys.stdin.isatty()
-        outcome = asyncio.run(run_exec(settings, engine, subject, action, workspace,
-                                       stream=not as_json, interactive=interactive))
+        result = asyncio.run(run_exec(settings, engine, subject, action, workspace,
+                                      stream=not as_json, interactive=interactive))
     except NaviError as exc:
         _fail(exc, as_json)
+    r = result.execution
+    assert r is not None  # the exec tools always run (or raise)
     if as_json:
-        typer.echo(json.dumps({**outcome.public(), "rule": outcome.decision.rule}))
+        typer.echo(json.dumps({**r.model_dump(), "rule": result.rule}))
     else:
-        r = outcome.result
         status = ("timed out" if r.timed_out else "out of memory" if r.oom_killed
                   else f"exit {r.exit_code}")
-        typer.echo(f"[{outcome.exec_id}: {status} in {r.duration_ms} ms (timeout "
-                   f"{outcome.timeout_s:g} s), audit seq {outcome.audit_seq}"
+        typer.echo(f"[{r.exec_id}: {status} in {r.duration_ms} ms (timeout "
+                   f"{r.timeout_s or 0:g} s), audit seq {r.audit_seq}"
                    f"{', output truncated' if r.truncated else ''}]", err=True)
-    raise typer.Exit(_exit_code(outcome))
+    raise typer.Exit(_exit_code(r))
 
 
 def _fail(exc: NaviError, as_json: bool) -> NoReturn:

@@ -1,16 +1,20 @@
 """Tools: the base and registry, the built-in tools, manuals, and sandboxed user tools.
 
 The app factory calls `build_tools(data_dir, policy=...)` and keeps the `ToolServices`; the
-API and the agent loop call `registry.specs(subject)` to list and `registry.invoke(name,
-args, ctx)` to run. Nothing an agent writes ever runs in the supervisor.
+API and the agent loop call `registry.specs(subject)` to list. To run a tool, every caller
+(exec route, agent, MCP, `navi exec`) goes through `runtime.calls.SessionToolCall`, which
+calls `registry.run` and gets a typed `ToolOutcome`. Nothing an agent writes ever runs in
+the supervisor.
 """
 
 from runtime.tools.base import (
     GROUPS,
     BuiltinTool,
+    CallOrigin,
     ImageBlock,
     Tool,
     ToolContext,
+    ToolOutcome,
     ToolParams,
     ToolResult,
     ToolSpec,
@@ -22,10 +26,12 @@ from runtime.tools.registry import ToolRegistry
 __all__ = [
     "GROUPS",
     "BuiltinTool",
+    "CallOrigin",
     "ImageBlock",
     "ManualLibrary",
     "Tool",
     "ToolContext",
+    "ToolOutcome",
     "ToolParams",
     "ToolRegistry",
     "ToolResult",

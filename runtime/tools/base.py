@@ -3,8 +3,10 @@
 Arguments are validated *before* anything runs (`Tool.validate` raises `InvalidInput` with a
 message an LLM can act on). A tool never reaches for global state: what a call needs (who
 asks, the session workspace, the Executor, the live-output callback) arrives in a
-`ToolContext`; what a tool needs for its whole life (a store, the registry) is given to its
-constructor by the app factory.
+`ToolContext`, which carries inputs only; what a tool needs for its whole life (a store, the
+registry's lookups) is given to its constructor by the app factory. What a call did comes
+back in its `ToolResult` (the sandboxed run, typed, in `execution`) and, from
+`ToolRegistry.run`, as a `ToolOutcome` (result, run, deciding rule).
 
 Built-in tools subclass `BuiltinTool` and declare a pydantic `Params` model; its JSON Schema
 is what the model and `GET /v1/tools` see. User tools (agent-written) implement `Tool`
@@ -14,7 +16,7 @@ directly and validate against their own JSON schema (see `runtime.tools.user`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
@@ -28,7 +30,6 @@ from runtime.sandbox.models import Execution
 
 if TYPE_CHECKING:  # the tools' dependencies, typed; imported for real where they are built
     from runtime.executor import Approver, Executor
-    from runtime.tools.registry import ToolRegistry
     from runtime.workspace import Workspace
 
 ToolGroup = Literal[
@@ -68,14 +69,15 @@ class ImageBlock(BaseModel):
 class ToolResult(BaseModel):
     """`{success, output, error, metadata}`: the one shape every tool answers with.
 
-    `execution`: the sandboxed run behind it, typed (set by `runtime.calls` from the
-    context when the tool ran one; a tool may set it itself)."""
+    `execution`: the sandboxed run behind it, typed (set by the tool that ran one:
+    `runtime.tools.sandboxed.with_run`); `rule`: the policy rule that allowed that run."""
 
     success: bool
     output: str = ""
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     execution: Execution | None = None
+    rule: str | None = None
 
     @classmethod
     def ok(cls, output: str = "", **metadata: Any) -> ToolResult:
@@ -95,7 +97,26 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
+class CallOrigin:
+    """Where a call comes from, as its events say: an agent turn's step and call id."""
+
+    turn_id: str | None = None
+    call_id: str | None = None
+    iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What `ToolRegistry.run` answers: the tool's result, the sandboxed run behind it (if
+    any) and the policy rule that allowed the call."""
+
+    result: ToolResult
+    execution: Execution | None
+    rule: str | None
+
+
+@dataclass(frozen=True)
 class ToolContext:
     """Everything one call needs: who asks, where its files are, how to run code.
 
@@ -107,7 +128,9 @@ class ToolContext:
     - `timeout_s`: the caller's requested timeout (the policy clamps it).
     - `exec_id`: the id to give the execution (so events can name it before it starts).
     - `approver`: per-call `async (subject, action, decision) -> bool` for a policy `ask`.
-    - `registry`: set by `ToolRegistry.invoke` (the meta tools look other tools up with it).
+    - `origin`: the agent turn and call this call belongs to (`spawn_agent` links to it).
+    - `rule`: the rule that allowed a tool that runs no code (`ToolRegistry.run` decides it
+      and hands the tool a copy with it; `record_change` audits it).
     """
 
     subject: Subject
@@ -118,11 +141,8 @@ class ToolContext:
     timeout_s: float | None = None
     exec_id: str | None = None
     approver: Approver | None = None
-    registry: ToolRegistry | None = None
-    decision_rule: str | None = None  # the rule that allowed this call (set by the registry)
-    execution: Execution | None = None  # the last run `run_sandboxed` made for this call
-    extra: dict[str, Any] = field(default_factory=dict)
-
+    origin: CallOrigin = CallOrigin()
+    rule: str | None = None
 
     @property
     def tenant(self) -> str:
@@ -140,7 +160,7 @@ async def record_change(ctx: ToolContext, action: StateChange, obj: str, **field
     if ctx.executor is None:
         raise SandboxError(f"no executor to record {action} of {obj!r}: nothing changes")
     await ctx.executor.record_action(ctx.subject, action, obj,
-                                     rule=ctx.decision_rule or "none", **fields)
+                                     rule=ctx.rule or "none", **fields)
 
 
 class Tool(ABC):

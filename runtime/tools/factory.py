@@ -86,6 +86,16 @@ def build_tools(
     memory = MemoryStore.in_data_dir(data_dir)
     notes = NotesStore.in_data_dir(data_dir)
     catalogs = UserToolCatalogs(UserToolStore(data_dir, shipped_dir, disk=tenant_disk))
+    # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
+    mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)
+                     else {}, executor)
+    registry = ToolRegistry(
+        mcp=mcp,
+        policy=policy,
+        user_tools=catalogs,
+        approver=approver,
+        manuals=ManualLibrary(manuals_dir),
+    )
     tools: list[Tool] = [
         CodeExecTool(),
         TerminalTool(),
@@ -95,11 +105,11 @@ def build_tools(
         TodoTool(notes),
         ScratchpadTool(notes),
         MemoryTool(memory),
-        ListToolsTool(),
-        ToolManualTool(),
+        ListToolsTool(registry),
+        ToolManualTool(registry),
         ImageViewTool(),
-        WriteToolTool(catalogs),
-        ToolTestTool(catalogs),
+        WriteToolTool(catalogs, registry.builtin_names),
+        ToolTestTool(catalogs, registry.off_loop),
         ReloadToolsTool(catalogs),
         DeleteToolTool(catalogs),
         Model3DTool(),
@@ -108,20 +118,11 @@ def build_tools(
         HttpRequestTool(),
         WebViewTool(),
         WebSearchTool(search_url),
-        McpStatusTool(),
+        McpStatusTool(mcp),
         ListProfilesTool(profiles),
         SwitchProfileTool(profiles),
         SpawnAgentTool(subagents),
     ]
-    # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
-    mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)
-                     else {}, executor)
-    registry = ToolRegistry(
-        tools,
-        mcp=mcp,
-        policy=policy,
-        user_tools=catalogs,
-        approver=approver,
-        manuals=ManualLibrary(manuals_dir),
-    )
+    for tool in tools:
+        registry.register(tool)
     return ToolServices(registry=registry, memory=memory, notes=notes, user_tools=catalogs)

@@ -1,4 +1,4 @@
-"""The tool registry: which tools exist, which a caller may see, and the one way to call them.
+"""The tool registry: which tools exist, which a caller may see, and how one call runs.
 
 Built-in tools are registered once by the app factory; user tools come from the tenant's
 current `UserToolCatalogs` snapshot. What a caller *sees* (`available`, `specs`) is filtered
@@ -11,6 +11,10 @@ before `execute`. There is no other path: a context without an Executor runs not
 policy always wins: a denied tool answers `PolicyDenied` (403, with the rule), it is not
 hidden as 404.
 
+Callers do not call the registry to run a tool: `runtime.calls.SessionToolCall` does (for
+the exec route, the agent, MCP and `navi exec`), with `lookup`, `off_loop` (validation),
+`refuse_invalid` and `run`, which answers a typed `ToolOutcome`.
+
 Arguments are validated in a worker thread (`off_loop`): a user tool's schema is
 agent-written, and even bounded (`runtime.tools.schema_guard`: at most 1 s per call) its
 validation is CPU work a tenant controls, which must not hold the event loop. A tenant has
@@ -21,12 +25,13 @@ line, so a flood cannot take the shared worker threads every other request needs
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from runtime.errors import InvalidInput, NotFound, SandboxError
 from runtime.policy.decision import Action, Decision, Subject
-from runtime.tools.base import Tool, ToolContext, ToolResult, ToolSpec
+from runtime.tools.base import Tool, ToolContext, ToolOutcome, ToolSpec
 from runtime.tools.manuals import ManualLibrary, check_manual_name
 from runtime.tools.mcp import McpCatalog
 from runtime.tools.user.catalog import UserToolCatalogs
@@ -187,27 +192,6 @@ class ToolRegistry:
         async with line:
             return await asyncio.to_thread(fn, *args)
 
-    async def prepare(self, name: str, args: Any, subject: Subject) -> tuple[Tool, Any]:
-        """Look the tool up and validate `args`; nothing runs (`InvalidInput` on bad args)."""
-        tool = await self.lookup(name, subject)
-        return tool, await self.off_loop(subject.tenant, tool.validate, args)
-
-    async def invoke(self, name: str, args: Any, ctx: ToolContext) -> ToolResult:
-        """Validate, authorise and run one call. Errors propagate as `NaviError`s."""
-        tool, params = await self.check(name, args, ctx)
-        return await self.run(tool, params, ctx)
-
-    async def check(self, name: str, args: Any, ctx: ToolContext) -> tuple[Tool, Any]:
-        """The first half of `invoke`: look the tool up and validate `args`; nothing runs.
-        A caller that announces calls (a `tool_call` event) does so between the halves, so
-        a call that names no tool or carries bad arguments announces nothing."""
-        tool = await self.lookup(name, ctx.subject)
-        try:
-            params = await self.off_loop(ctx.subject.tenant, tool.validate, args)
-        except InvalidInput as exc:
-            await self.refuse_invalid(tool, args, ctx, exc)
-        return tool, params
-
     async def refuse_invalid(self, tool: Tool, args: Any, ctx: ToolContext,
                              error: InvalidInput) -> NoReturn:
         """Raise for arguments `tool.validate` refused (`error`), policy first: see
@@ -219,14 +203,16 @@ class ToolRegistry:
         finally:
             del error, args  # not kept by this frame, which the traceback keeps
 
-    async def run(self, tool: Tool, params: Any, ctx: ToolContext) -> ToolResult:
-        """The second half of `invoke`: authorise and run a call `check` accepted."""
-        if ctx.registry is None:
-            ctx.registry = self
-        if not tool.runs_in_sandbox:
-            decision = await self.authorize(tool, params, ctx)
-            ctx.decision_rule = decision.rule
-        return await tool.execute(params, ctx)
+    async def run(self, tool: Tool, params: Any, ctx: ToolContext) -> ToolOutcome:
+        """Authorise and run a call whose `params` `tool.validate` accepted. A tool that runs
+        code is decided by the Executor when it runs (its result carries the run and the
+        rule); any other is decided here first and gets a context naming the rule."""
+        if tool.runs_in_sandbox:
+            result = await tool.execute(params, ctx)
+            return ToolOutcome(result=result, execution=result.execution, rule=result.rule)
+        decision = await self.authorize(tool, params, ctx)
+        result = await tool.execute(params, dataclasses.replace(ctx, rule=decision.rule))
+        return ToolOutcome(result=result, execution=result.execution, rule=decision.rule)
 
     async def _refuse_if_denied(self, tool: Tool, args: Any, ctx: ToolContext) -> None:
         """Arguments that do not validate for a tool the policy denies this subject outright

@@ -4,7 +4,9 @@ Tools describe *what* to run as an `Invocation` (argv, stdin, extra read-only mo
 Executor decides whether, in which image and with which limits, records it in the audit
 log and runs it with the session workspace (from the `ToolContext`) as working directory.
 `exec_metadata` is what tools put in `ToolResult.metadata`: DESIGN's exec result fields
-(`POST /v1/sessions/{id}/exec`) plus the deciding rule.
+(`POST /v1/sessions/{id}/exec`) plus the deciding rule; `with_run` puts the run itself,
+typed, on the tool's result (`ToolResult.execution`, `ToolResult.rule`): that is how the
+caller learns what ran, never through the context.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any
 from runtime.errors import SandboxError
 from runtime.executor import ExecOutcome, Invocation, InvocationFor
 from runtime.policy.decision import Action, Decision
-from runtime.tools.base import ToolContext
+from runtime.tools.base import ToolContext, ToolResult
 
-__all__ = ["ExecOutcome", "Invocation", "exec_metadata", "run_sandboxed"]
+__all__ = ["ExecOutcome", "Invocation", "exec_metadata", "run_sandboxed", "with_run"]
 
 
 async def run_sandboxed(
@@ -46,9 +48,14 @@ async def run_sandboxed(
         ctx.subject, action, chosen,
         on_output=ctx.on_output, exec_id=ctx.exec_id, approver=ctx.approver,
     )
-    ctx.execution = outcome.execution  # the typed result the caller reports
-    ctx.decision_rule = outcome.decision.rule
     return outcome
+
+
+def with_run(result: ToolResult, outcome: ExecOutcome) -> ToolResult:
+    """`result` carrying the run behind it: its typed `execution` (unless the tool set one)
+    and the rule that allowed it."""
+    execution = result.execution if result.execution is not None else outcome.execution
+    return result.model_copy(update={"execution": execution, "rule": outcome.decision.rule})
 
 
 def exec_metadata(outcome: ExecOutcome) -> dict[str, Any]:

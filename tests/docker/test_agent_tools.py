@@ -10,6 +10,7 @@ import pytest
 
 from runtime.errors import InvalidInput
 from tests.docker.test_tools_exec import Rig, rig, runner_image  # noqa: F401
+from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -29,9 +30,9 @@ with PdfPages("report.pdf") as pdf:
 
 async def test_read_document_extracts_a_pdf_the_sandbox_made(rig: Rig) -> None:  # noqa: F811
     reg = rig.services.registry
-    made = await reg.invoke("code_exec", {"language": "python", "code": MAKE_PDF}, rig.ctx())
+    made = await call(reg, "code_exec", {"language": "python", "code": MAKE_PDF}, rig.ctx())
     assert made.success, made
-    doc = await reg.invoke("read_document", {"path": "report.pdf"}, rig.ctx())
+    doc = await call(reg, "read_document", {"path": "report.pdf"}, rig.ctx())
     assert doc.success, doc
     assert "Quarterly total 21" in doc.output and "Quarterly total 42" in doc.output
     assert doc.metadata["kind"] == "pdf"
@@ -42,28 +43,28 @@ async def test_read_document_extracts_a_pdf_the_sandbox_made(rig: Rig) -> None: 
 
 async def test_terminal_cwd_stays_inside_the_workspace(rig: Rig) -> None:  # noqa: F811
     reg = rig.services.registry
-    await reg.invoke("filesystem", {"action": "write", "path": "proj/src/a.txt",
+    await call(reg, "filesystem", {"action": "write", "path": "proj/src/a.txt",
                                     "content": "x"}, rig.ctx())
-    ran = await reg.invoke("terminal", {"command": "pwd; ls", "cwd": "proj/src"}, rig.ctx())
+    ran = await call(reg, "terminal", {"command": "pwd; ls", "cwd": "proj/src"}, rig.ctx())
     assert ran.success and ran.metadata["stdout"] == "/workspace/proj/src\na.txt\n"
     for bad in ("../", "/etc", "proj/../..", "proj/src/a.txt", "missing"):
         with pytest.raises(InvalidInput, match="cwd"):
-            await reg.invoke("terminal", {"command": "pwd", "cwd": bad}, rig.ctx())
+            await call(reg, "terminal", {"command": "pwd", "cwd": bad}, rig.ctx())
 
 
 async def test_terminal_timeout_is_clamped_and_said(rig: Rig) -> None:  # noqa: F811
     reg = rig.services.registry
-    quick = await reg.invoke("terminal", {"command": "echo ok", "timeout_s": 3000}, rig.ctx())
+    quick = await call(reg, "terminal", {"command": "echo ok", "timeout_s": 3000}, rig.ctx())
     assert quick.success and quick.metadata["timeout_s"] == 300  # default.yaml's max
     assert quick.output.startswith("[timeout: 300 s, the policy's maximum, not the 3000 s")
-    short = await reg.invoke("terminal", {"command": "sleep 20", "timeout_s": 1}, rig.ctx())
+    short = await call(reg, "terminal", {"command": "sleep 20", "timeout_s": 1}, rig.ctx())
     assert not short.success and short.metadata["timed_out"] and short.metadata["timeout_s"] == 1
 
 
 @pytest.mark.slow
 async def test_terminal_runs_past_the_default_timeout_when_asked(rig: Rig) -> None:  # noqa: F811
     started = time.monotonic()
-    ran = await rig.services.registry.invoke(
+    ran = await call(rig.services.registry, 
         "terminal", {"command": "sleep 33; echo finished", "timeout_s": 60}, rig.ctx())
     assert ran.success and ran.metadata["stdout"] == "finished\n", ran
     assert ran.metadata["timeout_s"] == 60 and time.monotonic() - started >= 33
@@ -71,9 +72,9 @@ async def test_terminal_runs_past_the_default_timeout_when_asked(rig: Rig) -> No
 
 async def test_edit_file_is_audited_before_it_writes(rig: Rig) -> None:  # noqa: F811
     reg = rig.services.registry
-    await reg.invoke("filesystem", {"action": "write", "path": "cfg.ini",
+    await call(reg, "filesystem", {"action": "write", "path": "cfg.ini",
                                     "content": "debug = true\n"}, rig.ctx())
-    edited = await reg.invoke("edit_file", {"path": "cfg.ini", "old": "true", "new": "false"},
+    edited = await call(reg, "edit_file", {"path": "cfg.ini", "old": "true", "new": "false"},
                               rig.ctx())
     assert edited.success
     writes = [r for r in await rig.audit.records(kind="action") if r.object == "cfg.ini"]

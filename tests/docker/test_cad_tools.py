@@ -32,6 +32,7 @@ from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.workspace import Workspaces
 from runtime.workspace.workspace import Workspace
+from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -68,7 +69,7 @@ class CadRig:
                            workspace_path=self.ws_path, **kw)  # type: ignore[arg-type]
 
     async def call(self, tool: str, args: dict[str, object], **kw: object):  # type: ignore[no-untyped-def]
-        return await self.services.registry.invoke(tool, args, self.ctx(**kw))
+        return await call(self.services.registry, tool, args, self.ctx(**kw))
 
 
 @pytest.fixture

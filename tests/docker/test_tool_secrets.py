@@ -28,6 +28,7 @@ from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.tools import ToolContext, ToolServices, build_tools
 from tests.docker.test_tools_web import web_backend  # noqa: F401
+from tests.fakes.calls import call
 from tests.fakes.json_api import json_api
 
 pytestmark = pytest.mark.docker
@@ -99,7 +100,7 @@ class Rig:
     async def call(self, tool: str, args: dict[str, Any]) -> Any:
         subject = Subject(tenant=self.tenant, user="k_t", session="s1", profile="p")
         ctx = ToolContext(subject=subject, executor=self.tools.registry.mcp.executor)
-        return await self.tools.registry.invoke(tool, args, ctx)
+        return await call(self.tools.registry, tool, args, ctx)
 
 
 async def make_rig(tmp_path: Path, backend: DockerBackend, tool_hash: str

@@ -24,6 +24,7 @@ from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.workspace import Workspaces
 from runtime.workspace.workspace import Workspace
+from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -88,12 +89,12 @@ async def test_code_exec_python_streams_and_shares_the_workspace(rig: Rig) -> No
     reg = rig.services.registry
     code = ("import sys\nprint('out')\nprint('err', file=sys.stderr)\n"
             "open('made.txt', 'w').write('hi')")
-    r = await reg.invoke("code_exec", {"language": "python", "code": code},
+    r = await call(reg, "code_exec", {"language": "python", "code": code},
                          rig.ctx(on_output=on_output))
     assert r.success, r
     assert r.metadata["stdout"] == "out\n" and r.metadata["stderr"] == "err\n"
     assert b"".join(c.data for c in chunks if c.stream == "stdout") == b"out\n"
-    read = await reg.invoke("filesystem", {"action": "read", "path": "made.txt"}, rig.ctx())
+    read = await call(reg, "filesystem", {"action": "read", "path": "made.txt"}, rig.ctx())
     assert read.output == "hi"
     [intent] = await rig.audit.records(kind="intent", exec_id=r.metadata["exec_id"])
     assert intent.tool == "code_exec" and intent.rule == "profiles.developer.allow[group:exec]"
@@ -101,15 +102,15 @@ async def test_code_exec_python_streams_and_shares_the_workspace(rig: Rig) -> No
 
 async def test_code_exec_bash_terminal_exit_codes_and_timeout(rig: Rig) -> None:
     reg = rig.services.registry
-    await reg.invoke("filesystem", {"action": "write", "path": "in.txt", "content": "b\na\n"},
+    await call(reg, "filesystem", {"action": "write", "path": "in.txt", "content": "b\na\n"},
                      rig.ctx())
-    sh = await reg.invoke("code_exec", {"language": "bash", "code": "sort in.txt; id -u"},
+    sh = await call(reg, "code_exec", {"language": "bash", "code": "sort in.txt; id -u"},
                           rig.ctx())
     assert sh.success and sh.metadata["stdout"] == "a\nb\n65534\n"
-    term = await reg.invoke("terminal", {"command": "echo $HOME; exit 4"}, rig.ctx())
+    term = await call(reg, "terminal", {"command": "echo $HOME; exit 4"}, rig.ctx())
     assert not term.success and term.metadata["exit_code"] == 4 and term.error == "exit code 4"
     assert term.metadata["stdout"] == "/tmp\n"
-    slow = await reg.invoke("terminal", {"command": "sleep 30"}, rig.ctx(timeout_s=1))
+    slow = await call(reg, "terminal", {"command": "sleep 30"}, rig.ctx(timeout_s=1))
     assert not slow.success and slow.metadata["timed_out"] and slow.metadata["timeout_s"] == 1
 
 
@@ -125,9 +126,9 @@ async def test_image_view_of_a_png_made_in_the_sandbox(rig: Rig) -> None:
         "open('dot.png', 'wb').write(png)\n"
     )
     reg = rig.services.registry
-    made = await reg.invoke("code_exec", {"language": "python", "code": code}, rig.ctx())
+    made = await call(reg, "code_exec", {"language": "python", "code": code}, rig.ctx())
     assert made.success, made
-    r = await reg.invoke("image_view", {"path": "dot.png"}, rig.ctx())
+    r = await call(reg, "image_view", {"path": "dot.png"}, rig.ctx())
     assert r.success and r.metadata["images"][0]["media_type"] == "image/png"
 
 
@@ -158,45 +159,45 @@ async def execute(params):
 async def test_user_tool_lifecycle_end_to_end(rig: Rig) -> None:
     reg = rig.services.registry
     ctx = rig.ctx()
-    await reg.invoke("list_tools", {}, ctx)
-    wrote = await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
+    await call(reg, "list_tools", {}, ctx)
+    wrote = await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
     assert wrote.success, wrote
-    tested = await reg.invoke("test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
+    tested = await call(reg, "test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
     assert tested.success and tested.output == "HI!", tested
     assert "shouting" in tested.metadata["stderr"] and "loaded" in tested.metadata["stderr"]
     with pytest.raises(NotFound):
-        await reg.invoke("shout", {"text": "x"}, ctx)
-    await reg.invoke("reload_tools", {}, ctx)
+        await call(reg, "shout", {"text": "x"}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
     spec = await reg.spec("shout", ctx.subject)
     assert spec.group == "group:user_tools" and spec.parameters["required"] == ["text"]
-    r = await reg.invoke("shout", {"text": "hello"}, ctx)
+    r = await call(reg, "shout", {"text": "hello"}, ctx)
     assert r.success and r.output == "HELLO!" and r.metadata["exit_code"] == 0
     [intent] = await rig.audit.records(kind="intent", exec_id=r.metadata["exec_id"])
     assert intent.tool_hash == wrote.metadata["sha256"]
     assert intent.image == rig.executor.resolve_image("tools-runner")
 
-    await reg.invoke("write_tool", {"name": "divide", "code": DIVIDE}, ctx)
-    await reg.invoke("reload_tools", {}, ctx)
-    assert (await reg.invoke("divide", {"a": 1, "b": 4}, ctx)).output == "0.25"
-    zero = await reg.invoke("divide", {"a": 1, "b": 0}, ctx)
+    await call(reg, "write_tool", {"name": "divide", "code": DIVIDE}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
+    assert (await call(reg, "divide", {"a": 1, "b": 4}, ctx)).output == "0.25"
+    zero = await call(reg, "divide", {"a": 1, "b": 0}, ctx)
     assert not zero.success and zero.error == "tool raised: ZeroDivisionError: division by zero"
     assert "Traceback" in zero.output
 
-    await reg.invoke("delete_tool", {"name": "divide"}, ctx)
+    await call(reg, "delete_tool", {"name": "divide"}, ctx)
     with pytest.raises(NotFound):
-        await reg.invoke("divide", {"a": 1, "b": 2}, ctx)
+        await call(reg, "divide", {"a": 1, "b": 2}, ctx)
 
 
 async def test_shipped_tool_reads_a_session_file(rig: Rig) -> None:
     reg = rig.services.registry
     ctx = rig.ctx()
-    await reg.invoke("filesystem", {"action": "write", "path": "doc.txt",
+    await call(reg, "filesystem", {"action": "write", "path": "doc.txt",
                                     "content": "one two\nthree\n"}, ctx)
-    r = await reg.invoke("word_count", {"path": "doc.txt"}, ctx)
+    r = await call(reg, "word_count", {"path": "doc.txt"}, ctx)
     assert r.success and r.output == "lines=2 words=3 chars=14", r
-    h = await reg.invoke("hash_text", {"text": "abc", "algorithm": "md5"}, ctx)
+    h = await call(reg, "hash_text", {"text": "abc", "algorithm": "md5"}, ctx)
     assert h.output == "900150983cd24fb0d6963f7d28e17f72"
-    j = await reg.invoke("json_format", {"text": '{"b":1,"a":[1,2]}', "minify": True,
+    j = await call(reg, "json_format", {"text": '{"b":1,"a":[1,2]}', "minify": True,
                                          "sort_keys": True}, ctx)
     assert json.loads(j.output) == {"a": [1, 2], "b": 1}
 
@@ -205,11 +206,11 @@ async def test_a_tool_broken_at_runtime_fails_alone(rig: Rig) -> None:
     reg = rig.services.registry
     ctx = rig.ctx()
     crash = SHOUT.replace('"shout"', '"crash"').replace('print("loaded")', "import nope_missing")
-    await reg.invoke("write_tool", {"name": "crash", "code": crash}, ctx)
-    await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
-    await reg.invoke("reload_tools", {}, ctx)
-    bad = await reg.invoke("crash", {"text": "x"}, ctx)
+    await call(reg, "write_tool", {"name": "crash", "code": crash}, ctx)
+    await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
+    bad = await call(reg, "crash", {"text": "x"}, ctx)
     assert not bad.success and bad.error is not None
     assert bad.error.startswith("tool failed to load: ModuleNotFoundError")
-    good = await reg.invoke("shout", {"text": "x"}, ctx)
+    good = await call(reg, "shout", {"text": "x"}, ctx)
     assert good.success and good.output == "X!"

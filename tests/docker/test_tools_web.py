@@ -29,6 +29,7 @@ from runtime.tools import ToolContext, ToolResult
 from runtime.tools.builtin import HttpRequestTool, WebViewTool
 from runtime.tools.registry import ToolRegistry
 from tests.docker.sandbox_fixtures import sweep
+from tests.fakes.calls import call
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
@@ -132,7 +133,7 @@ class Rig:
     async def call(self, tool: str, args: dict[str, Any],
                    subject: Subject = SUBJECT) -> ToolResult:
         ctx = ToolContext(subject=subject, executor=self.executor)
-        return await self.registry.invoke(tool, args, ctx)
+        return await call(self.registry, tool, args, ctx)
 
     async def kinds(self) -> list[tuple[str, str | None]]:
         return [(r.kind, r.rule) for r in await self.audit.records()]

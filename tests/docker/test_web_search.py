@@ -24,6 +24,7 @@ from runtime.tools.builtin import WebSearchTool
 from runtime.tools.builtin.web import search_results
 from runtime.tools.registry import ToolRegistry
 from tests.docker.test_tools_web import web_backend  # noqa: F401
+from tests.fakes.calls import call
 from tests.fakes.json_api import json_api
 
 pytestmark = pytest.mark.docker
@@ -93,7 +94,7 @@ def ctx(executor: Executor, profile: str = "web") -> ToolContext:
 async def test_web_search_asks_the_service_through_the_proxy(
         search: tuple[ToolRegistry, Executor, AuditLog], web_server: SearchServer) -> None:
     registry, executor, audit = search
-    result = await registry.invoke("web_search", {"query": "navi runtime", "max_results": 5},
+    result = await call(registry, "web_search", {"query": "navi runtime", "max_results": 5},
                                    ctx(executor))
     assert result.success, result
     assert web_server.queries == [{"q": ["navi runtime"], "format": ["json"]}]
@@ -109,9 +110,9 @@ async def test_web_search_is_the_policy_s_and_needs_a_service(
         search: tuple[ToolRegistry, Executor, AuditLog]) -> None:
     registry, executor, _ = search
     with pytest.raises(PolicyDenied):
-        await registry.invoke("web_search", {"query": "x"}, ctx(executor, "nosearch"))
+        await call(registry, "web_search", {"query": "x"}, ctx(executor, "nosearch"))
     unconfigured = ToolRegistry([WebSearchTool(None)], policy=registry.policy)
-    off = await unconfigured.invoke("web_search", {"query": "x"}, ctx(executor))
+    off = await call(unconfigured, "web_search", {"query": "x"}, ctx(executor))
     assert not off.success and "NAVI_SEARCH_URL" in (off.error or "")
 
 

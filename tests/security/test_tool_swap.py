@@ -32,6 +32,7 @@ from runtime.tools.base import ToolResult
 from runtime.tools.user.descriptor import content_hash
 from runtime.workspace import Workspaces
 from tests.docker.warm_fixtures import wait_ready
+from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
 
@@ -74,9 +75,9 @@ async def make_rig(tmp_path: Path, backend: DockerBackend, backend_config: Docke
 
 async def store(services: ToolServices, ctx: ToolContext, tag: str) -> str:
     reg = services.registry
-    written = await reg.invoke("write_tool", {"name": "probe", "code": version(tag)}, ctx)
+    written = await call(reg, "write_tool", {"name": "probe", "code": version(tag)}, ctx)
     assert written.success, written
-    assert (await reg.invoke("reload_tools", {}, ctx)).success
+    assert (await call(reg, "reload_tools", {}, ctx)).success
     return content_hash(version(tag).encode())
 
 
@@ -100,13 +101,13 @@ async def test_a_warm_container_runs_only_the_content_it_was_made_for(
                                           "developer", None, stack)
         reg = services.registry
         v1 = await store(services, ctx, "v1")
-        assert_ran(await reg.invoke("probe", {}, ctx), "v1", v1)
+        assert_ran(await call(reg, "probe", {}, ctx), "v1", v1)
         await wait_ready(backend, ctx.subject.session)  # a warm container for the next call
         v2 = await store(services, ctx, "v2")  # replaced while that container waits
-        assert_ran(await reg.invoke("probe", {}, ctx), "v2", v2)
+        assert_ran(await call(reg, "probe", {}, ctx), "v2", v2)
         await wait_ready(backend, ctx.subject.session)
         assert await store(services, ctx, "v1") == v1  # v1 back: its check passes again
-        assert_ran(await reg.invoke("probe", {}, ctx), "v1", v1)
+        assert_ran(await call(reg, "probe", {}, ctx), "v1", v1)
         assert backend.warm.stats["taken"] >= 1  # warm containers were in play
 
 
@@ -129,11 +130,11 @@ async def test_a_swap_during_a_pending_approval_does_not_run(
                                           "student", "physics", stack, approver)
         v1 = await store(services, ctx, "v1")
         swap.append(lambda: store(services, ctx, "v2"))
-        result = await services.registry.invoke("probe", {}, ctx)
+        result = await call(services.registry, "probe", {}, ctx)
         assert asked == [v1]  # the approval request named v1's hash
         assert_ran(result, "v1", v1)
         swap.clear()
         v2 = content_hash(version("v2").encode())
-        assert_ran(await services.registry.invoke("probe", {}, ctx), "v2", v2)
+        assert_ran(await call(services.registry, "probe", {}, ctx), "v2", v2)
         assert asked == [v1, v2]  # a changed hash asks again
     await asyncio.sleep(0)

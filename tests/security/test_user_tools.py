@@ -27,6 +27,7 @@ from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.tools import ToolContext, ToolServices, build_tools
 from runtime.tools.user.descriptor import parse_descriptor
 from runtime.workspace import Workspaces
+from tests.fakes.calls import call
 from tests.fakes.executors import audited_executor
 
 MALICIOUS = '''
@@ -93,16 +94,16 @@ async def test_cant_run_module_code_in_the_supervisor(
     reg = services.registry
 
     parse_descriptor(source)
-    written = await reg.invoke("write_tool", {"name": "evil", "code": source}, ctx)
+    written = await call(reg, "write_tool", {"name": "evil", "code": source}, ctx)
     assert written.success, written.error
-    await reg.invoke("reload_tools", {}, ctx)
-    listing = await reg.invoke("list_tools", {}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
+    listing = await call(reg, "list_tools", {}, ctx)
     assert "- evil (group:user_tools)" in listing.output
     spec = await reg.spec("evil", ctx.subject)
     assert spec.parameters["properties"] == {"probe": {"type": "string"}}
-    await reg.invoke("tool_manual", {"name": "evil"}, ctx)
-    tool, params = await reg.prepare("evil", {"probe": "x"}, ctx.subject)
-    assert params == {"probe": "x"}
+    await call(reg, "tool_manual", {"name": "evil"}, ctx)
+    tool = await reg.lookup("evil", ctx.subject)
+    assert tool.validate({"probe": "x"}) == {"probe": "x"}
     services.user_tools.store.load("t1", "evil")
     services.user_tools.store.scan("t1")
 
@@ -121,8 +122,8 @@ async def test_cant_hide_other_tools_with_a_broken_one(
         'name = "fine"\ndescription = "still here"\nparameters = {"type": "object"}\n'
         "async def execute(params):\n    return 'fine'\n"
     )
-    await reg.invoke("write_tool", {"name": "fine", "code": ok}, ctx)
-    result = await reg.invoke("reload_tools", {}, ctx)
+    await call(reg, "write_tool", {"name": "fine", "code": ok}, ctx)
+    result = await call(reg, "reload_tools", {}, ctx)
     assert "fine" in result.metadata["loaded"]
     assert {"crash", "loop", "bomb"} <= set(result.metadata["errors"])
     names = {s.name for s in await reg.specs(ctx.subject)}
@@ -173,12 +174,12 @@ async def test_cant_escape_from_a_user_tool(
     services, ctx = docker_rig
     reg = services.registry
     canary = tmp_path / "canary"
-    await reg.invoke("write_tool", {"name": "evil", "code": malicious_source(canary)}, ctx)
-    await reg.invoke("reload_tools", {}, ctx)
+    await call(reg, "write_tool", {"name": "evil", "code": malicious_source(canary)}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
     tool_file = services.user_tools.store.tenant_dir(ctx.tenant) / "evil.py"
     before = tool_file.read_bytes()
 
-    result = await reg.invoke("evil", {"probe": "x"}, ctx)
+    result = await call(reg, "evil", {"probe": "x"}, ctx)
     assert result.success, result
     report = json.loads(result.output)
 

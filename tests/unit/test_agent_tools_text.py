@@ -16,6 +16,7 @@ from runtime.tools.builtin.document import PAGE_CHARS, page_of
 from runtime.tools.builtin.edit import replace_once
 from runtime.tools.builtin.text_lines import line_range
 from runtime.workspace import Workspaces
+from tests.fakes.calls import call
 from tests.fakes.executors import audited_executor
 
 
@@ -67,64 +68,64 @@ async def test_edit_file_and_read_ranges_through_the_registry(
     services, ctx = tools
     reg = services.registry
     body = "".join(f"row {n}\n" for n in range(1, 21))
-    await reg.invoke("filesystem", {"action": "write", "path": "t.txt", "content": body}, ctx)
-    edited = await reg.invoke("edit_file", {"path": "t.txt", "old": "row 7\n",
+    await call(reg, "filesystem", {"action": "write", "path": "t.txt", "content": body}, ctx)
+    edited = await call(reg, "edit_file", {"path": "t.txt", "old": "row 7\n",
                                             "new": "row seven\n"}, ctx)
     assert edited.output == ("edited t.txt (lines 7-7):\n"
                              "5\trow 5\n6\trow 6\n7\trow seven\n8\trow 8\n9\trow 9")
-    seen = await reg.invoke("filesystem", {"action": "read", "path": "t.txt", "offset": 6,
+    seen = await call(reg, "filesystem", {"action": "read", "path": "t.txt", "offset": 6,
                                            "limit": 3}, ctx)
     assert seen.output == ("6\trow 6\n7\trow seven\n8\trow 8\n"
                            "(lines 6-8 of 20; more from offset=9)")
-    plain = await reg.invoke("filesystem", {"action": "read", "path": "t.txt"}, ctx)
+    plain = await call(reg, "filesystem", {"action": "read", "path": "t.txt"}, ctx)
     assert plain.output.startswith("row 1\n")  # no offset/limit: the file as it is
     for args, message in [({"old": "row", "new": "x"}, "found 20 times"),
                           ({"old": "nope", "new": "x"}, "found 0 times"),
                           ({"old": "row 1\n", "new": "row 1\n"}, "the same")]:
         with pytest.raises(InvalidInput, match=message):
-            await reg.invoke("edit_file", {"path": "t.txt", **args}, ctx)
+            await call(reg, "edit_file", {"path": "t.txt", **args}, ctx)
     with pytest.raises(InvalidInput):
-        await reg.invoke("edit_file", {"path": "../t.txt", "old": "a", "new": "b"}, ctx)
+        await call(reg, "edit_file", {"path": "../t.txt", "old": "a", "new": "b"}, ctx)
 
 
 async def test_read_document_reads_text_files_in_pages(
         tools: tuple[ToolServices, ToolContext]) -> None:
     services, ctx = tools
     reg = services.registry
-    await reg.invoke("filesystem", {"action": "write", "path": "doc.md",
+    await call(reg, "filesystem", {"action": "write", "path": "doc.md",
                                     "content": "# Title\n" + "word " * 5000}, ctx)
-    first = await reg.invoke("read_document", {"path": "doc.md"}, ctx)
+    first = await call(reg, "read_document", {"path": "doc.md"}, ctx)
     assert first.success and first.output.startswith("# Title")
     assert "read on with offset=20000" in first.output
-    rest = await reg.invoke("read_document", {"path": "doc.md", "offset": 20000}, ctx)
+    rest = await call(reg, "read_document", {"path": "doc.md", "offset": 20000}, ctx)
     assert rest.output.endswith("of 25008)")
     ctx.workspace.write_bytes("blob.bin", b"\xff\xfe\x00binary")  # type: ignore[union-attr]
-    binary = await reg.invoke("read_document", {"path": "blob.bin"}, ctx)
+    binary = await call(reg, "read_document", {"path": "blob.bin"}, ctx)
     assert not binary.success and "neither a PDF nor" in (binary.error or "")
     with pytest.raises(InvalidInput):
-        await reg.invoke("read_document", {"path": "/etc/passwd"}, ctx)
+        await call(reg, "read_document", {"path": "/etc/passwd"}, ctx)
 
 
 async def test_todo_set_and_named_notes(tools: tuple[ToolServices, ToolContext]) -> None:
     services, ctx = tools
     reg = services.registry
-    await reg.invoke("todo", {"action": "add", "title": "old item"}, ctx)
-    done = await reg.invoke("todo", {"action": "set", "items": [
+    await call(reg, "todo", {"action": "add", "title": "old item"}, ctx)
+    done = await call(reg, "todo", {"action": "set", "items": [
         {"title": "read", "status": "done"}, {"title": "plot"}]}, ctx)
     assert done.metadata["items"] == [{"id": 1, "title": "read", "status": "done"},
                                       {"id": 2, "title": "plot", "status": "pending"}]
-    assert (await reg.invoke("todo", {"action": "set", "items": []}, ctx)).metadata["items"] == []
-    await reg.invoke("scratchpad", {"action": "write", "content": "default"}, ctx)
-    await reg.invoke("scratchpad", {"action": "write", "name": "api", "content": "10/s"}, ctx)
-    await reg.invoke("scratchpad", {"action": "append", "name": "api", "content": "retry"}, ctx)
-    assert (await reg.invoke("scratchpad", {"action": "read", "name": "api"}, ctx)).output \
+    assert (await call(reg, "todo", {"action": "set", "items": []}, ctx)).metadata["items"] == []
+    await call(reg, "scratchpad", {"action": "write", "content": "default"}, ctx)
+    await call(reg, "scratchpad", {"action": "write", "name": "api", "content": "10/s"}, ctx)
+    await call(reg, "scratchpad", {"action": "append", "name": "api", "content": "retry"}, ctx)
+    assert (await call(reg, "scratchpad", {"action": "read", "name": "api"}, ctx)).output \
         == "10/s\nretry"
-    assert (await reg.invoke("scratchpad", {"action": "read"}, ctx)).output == "default"
-    listing = await reg.invoke("scratchpad", {"action": "list"}, ctx)
+    assert (await call(reg, "scratchpad", {"action": "read"}, ctx)).output == "default"
+    listing = await call(reg, "scratchpad", {"action": "list"}, ctx)
     assert listing.metadata["notes"] == [{"name": "api", "chars": 10}]
-    missing = await reg.invoke("scratchpad", {"action": "read", "name": "nope"}, ctx)
+    missing = await call(reg, "scratchpad", {"action": "read", "name": "nope"}, ctx)
     assert not missing.success and "no note named" in (missing.error or "")
     with pytest.raises(InvalidInput):
-        await reg.invoke("scratchpad", {"action": "read", "name": "../x"}, ctx)
-    await reg.invoke("scratchpad", {"action": "clear", "name": "api"}, ctx)
-    assert (await reg.invoke("scratchpad", {"action": "list"}, ctx)).metadata["notes"] == []
+        await call(reg, "scratchpad", {"action": "read", "name": "../x"}, ctx)
+    await call(reg, "scratchpad", {"action": "clear", "name": "api"}, ctx)
+    assert (await call(reg, "scratchpad", {"action": "list"}, ctx)).metadata["notes"] == []

@@ -29,6 +29,7 @@ from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.tools import ToolContext, ToolServices, build_tools
+from tests.fakes.calls import call
 
 POLICY = """
 version: 1
@@ -69,7 +70,7 @@ class Rig:
     async def call(self, subject: Subject, tool: str, args: dict[str, Any]) -> Any:
         ctx = ToolContext(subject=subject, executor=self.executor,
                           workspace_path=self.workspace)
-        return await self.tools.registry.invoke(tool, args, ctx)
+        return await call(self.tools.registry, tool, args, ctx)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from runtime.errors import AuditUnavailable
 from runtime.executor import Executor
 from runtime.policy import Subject
 from runtime.tools import ToolContext, ToolServices
+from tests.fakes.calls import call
 from tests.fakes.executors import audited_executor
 
 
@@ -48,7 +49,7 @@ CHANGES = [
 async def test_memory_todo_and_scratchpad_changes_are_audited(
         services: ToolServices, executor: Executor) -> None:
     for tool, args in CHANGES:
-        result = await services.registry.invoke(tool, args, ctx(executor))
+        result = await call(services.registry, tool, args, ctx(executor))
         assert result.success, (tool, args, result.output)
     records = [r for r in await executor.audit.records(tenant="t1") if r.kind == "action"]
     got = [(r.action, r.object, r.detail) for r in records]
@@ -70,9 +71,9 @@ async def test_memory_todo_and_scratchpad_changes_are_audited(
 async def test_with_the_audit_unwritable_nothing_changes(
         services: ToolServices, executor: Executor) -> None:
     reg = services.registry
-    await reg.invoke("memory", {"action": "save", "content": "kept"}, ctx(executor))
-    await reg.invoke("todo", {"action": "add", "title": "kept"}, ctx(executor))
-    await reg.invoke("scratchpad", {"action": "write", "content": "kept"}, ctx(executor))
+    await call(reg, "memory", {"action": "save", "content": "kept"}, ctx(executor))
+    await call(reg, "todo", {"action": "add", "title": "kept"}, ctx(executor))
+    await call(reg, "scratchpad", {"action": "write", "content": "kept"}, ctx(executor))
     await executor.audit.close()
     for tool, args in [("memory", {"action": "save", "content": "lost"}),
                        ("memory", {"action": "forget", "id": 1}),
@@ -82,7 +83,7 @@ async def test_with_the_audit_unwritable_nothing_changes(
                        ("scratchpad", {"action": "write", "content": "lost", "name": "n"}),
                        ("scratchpad", {"action": "clear"})]:
         with pytest.raises(AuditUnavailable):
-            await reg.invoke(tool, args, ctx(executor))
+            await call(reg, tool, args, ctx(executor))
     assert [m["content"] for m in await services.memory.search("t1", "")] == ["kept"]
     assert [i["title"] for i in await services.notes.todos("t1", "s1")] == ["kept"]
     assert await services.notes.scratchpad("t1", "s1") == "kept"

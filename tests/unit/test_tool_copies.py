@@ -22,6 +22,7 @@ from runtime.tools.user.descriptor import content_hash
 from runtime.tools.user.objects import ToolObjects
 from runtime.workspace import Workspaces
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
+from tests.fakes.calls import call
 from tests.fakes.tool_rigs import FakeRig, open_fake_rig
 
 MiB = 1024 * 1024
@@ -47,7 +48,7 @@ class Rig(FakeRig):
         return sorted(p.name for p in self.copies.iterdir()) if self.copies.exists() else []
 
     async def invoke(self, tool: str, args: dict[str, Any]) -> Any:
-        return await self.services.registry.invoke(tool, args, self.ctx())
+        return await call(self.services.registry, tool, args, self.ctx())
 
 
 def policy_file(tmp_path: Path, **quotas: int) -> Path:

@@ -11,6 +11,7 @@ import pytest
 
 from runtime.errors import Forbidden
 from runtime.sandbox.fake import FakeResponse
+from tests.fakes.calls import call
 from tests.unit.test_api_exec_contract import api, backend, envelope, user_session  # noqa: F401
 from tests.unit.test_api_roles import Api
 from tests.unit.test_tools_exec import SHOUT, Rig, rig  # noqa: F401 - `rig`: the fixture
@@ -25,13 +26,13 @@ def switch(tenant_dir: Path, name: str, on: bool) -> None:
 
 async def test_test_tool_refuses_a_disabled_tool_and_runs_nothing(rig: Rig) -> None:  # noqa: F811
     reg, ctx = rig.services.registry, rig.ctx()
-    await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
+    await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
     rig.backend.push(ANSWER)
-    assert (await reg.invoke("test_tool", {"name": "shout", "params": {"text": "hi"}},
+    assert (await call(reg, "test_tool", {"name": "shout", "params": {"text": "hi"}},
                              ctx)).success  # enabled: it runs
     switch(rig.services.user_tools.store.tenant_dir("t1"), "shout", False)
     with pytest.raises(Forbidden, match="'shout' is disabled"):
-        await reg.invoke("test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
+        await call(reg, "test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
     assert len(rig.backend.requests) == 1  # the disabled tool never reached a sandbox
 
 

@@ -15,6 +15,7 @@ from runtime.policy import Action, Decision, PolicyEngine, Subject
 from runtime.sandbox.fake import FakeResponse
 from runtime.sandbox.models import ExecRequest, OutputChunk
 from runtime.tools.user.tool import RUNNER_ARGV, TOOL_MOUNT
+from tests.fakes.calls import call
 from tests.fakes.tool_rigs import FakeRig, open_fake_rig
 
 SHOUT = (
@@ -42,8 +43,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 async def test_code_exec_python_and_bash(rig: Rig) -> None:
     reg = rig.services.registry
     rig.backend.push(FakeResponse(stdout=b"2\n"), FakeResponse(exit_code=3, stderr=b"boom\n"))
-    ok = await reg.invoke("code_exec", {"language": "python", "code": "print(1+1)"}, rig.ctx())
-    bad = await reg.invoke("code_exec", {"language": "bash", "code": "exit 3"}, rig.ctx())
+    ok = await call(reg, "code_exec", {"language": "python", "code": "print(1+1)"}, rig.ctx())
+    bad = await call(reg, "code_exec", {"language": "bash", "code": "exit 3"}, rig.ctx())
     py_req, sh_req = rig.backend.requests
     assert py_req.image == "navi/python:latest" and py_req.argv == ["python3", "-I", "-c",
                                                                     "print(1+1)"]
@@ -65,12 +66,12 @@ async def test_terminal_streams_output_and_timeout_maps(rig: Rig) -> None:
     rig.backend.push(FakeResponse(stdout=b"a\n", stderr=b"b\n"),
                      FakeResponse(exit_code=None, timed_out=True))
     reg = rig.services.registry
-    r = await reg.invoke("terminal", {"command": "ls"}, rig.ctx(on_output=on_output,
+    r = await call(reg, "terminal", {"command": "ls"}, rig.ctx(on_output=on_output,
                                                                exec_id="ex_given"))
     assert [(c.stream, c.data) for c in chunks] == [("stdout", b"a\n"), ("stderr", b"b\n")]
     assert r.metadata["exec_id"] == "ex_given"
     assert rig.backend.requests[0].argv == ["bash", "--noprofile", "--norc", "-c", "ls"]
-    t = await reg.invoke("terminal", {"command": "sleep 99"}, rig.ctx(timeout_s=5))
+    t = await call(reg, "terminal", {"command": "sleep 99"}, rig.ctx(timeout_s=5))
     assert not t.success and t.error == "timed out after 5 s" and t.metadata["timed_out"]
     assert rig.backend.requests[1].limits.timeout_s == 5
 
@@ -78,9 +79,9 @@ async def test_terminal_streams_output_and_timeout_maps(rig: Rig) -> None:
 async def test_denials_go_through_the_executor_and_are_audited(rig: Rig) -> None:
     reg = rig.services.registry
     with pytest.raises(PolicyDenied):
-        await reg.invoke("code_exec", {"language": "python", "code": "1"}, rig.ctx("secretary"))
+        await call(reg, "code_exec", {"language": "python", "code": "1"}, rig.ctx("secretary"))
     with pytest.raises(PolicyDenied):  # a tool that runs no code: still decided and audited
-        await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, rig.ctx("secretary"))
+        await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, rig.ctx("secretary"))
     denied = await rig.audit.records(kind="denied")
     assert [r.tool for r in denied] == ["code_exec", "write_tool"]
     assert rig.backend.requests == []
@@ -89,14 +90,14 @@ async def test_denials_go_through_the_executor_and_are_audited(rig: Rig) -> None
 async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> None:
     reg = rig.services.registry
     ctx = rig.ctx()
-    await reg.invoke("list_tools", {}, ctx)  # the tenant's snapshot is taken
-    wrote = await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
+    await call(reg, "list_tools", {}, ctx)  # the tenant's snapshot is taken
+    wrote = await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
     digest = wrote.metadata["sha256"]
     with pytest.raises(NotFound):  # not before reload_tools
-        await reg.invoke("shout", {"text": "hi"}, ctx)
+        await call(reg, "shout", {"text": "hi"}, ctx)
 
     rig.backend.push(FakeResponse(stdout=b'{"ok": true, "result": "HI"}\n', stderr=b"log\n"))
-    tested = await reg.invoke("test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
+    tested = await call(reg, "test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
     assert tested.success and tested.output == "HI"
     req: ExecRequest = rig.backend.requests[-1]
     assert req.image == "navi/tools-runner:latest" and req.argv[:-1] == RUNNER_ARGV
@@ -110,10 +111,10 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
         rig.services.user_tools.store.tenant_dir("t1") / "shout.py").read_bytes()
     assert req.argv[-1] == digest and "NAVI_TOOL_SHA256" not in req.env
 
-    reloaded = await reg.invoke("reload_tools", {}, ctx)
+    reloaded = await call(reg, "reload_tools", {}, ctx)
     assert "shout" in reloaded.metadata["loaded"]
     rig.backend.push(FakeResponse(stdout=b'{"ok": false, "error": "tool raised: KeyError"}\n'))
-    failed = await reg.invoke("shout", {"text": "x"}, ctx)
+    failed = await call(reg, "shout", {"text": "x"}, ctx)
     assert not failed.success and failed.error == "tool raised: KeyError"
     assert failed.metadata["tool_hash"] == digest
     intents = await rig.audit.records(kind="intent")
@@ -123,12 +124,12 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     # bad arguments never reach the executor
     n = len(rig.backend.requests)
     with pytest.raises(Exception, match="'text' is a required property"):
-        await reg.invoke("shout", {}, ctx)
+        await call(reg, "shout", {}, ctx)
     assert len(rig.backend.requests) == n
 
-    await reg.invoke("delete_tool", {"name": "shout"}, ctx)
+    await call(reg, "delete_tool", {"name": "shout"}, ctx)
     with pytest.raises(NotFound):
-        await reg.invoke("shout", {"text": "x"}, ctx)
+        await call(reg, "shout", {"text": "x"}, ctx)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,7 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
 )
 async def test_malformed_runner_output_is_a_failure(rig: Rig, stdout: bytes, error: str) -> None:
     rig.backend.push(FakeResponse(stdout=stdout))
-    r = await rig.services.registry.invoke(
+    r = await call(rig.services.registry, 
         "word_count", {"text": "a b"}, rig.ctx()
     )
     assert not r.success and error in (r.error or "")
@@ -151,11 +152,11 @@ async def test_malformed_runner_output_is_a_failure(rig: Rig, stdout: bytes, err
 async def test_changed_tool_file_is_refused_until_reload(rig: Rig) -> None:
     reg = rig.services.registry
     ctx = rig.ctx()
-    await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
-    await reg.invoke("reload_tools", {}, ctx)
-    await reg.invoke("write_tool", {"name": "shout", "code": SHOUT + "\n# v2\n"}, ctx)
+    await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
+    await call(reg, "reload_tools", {}, ctx)
+    await call(reg, "write_tool", {"name": "shout", "code": SHOUT + "\n# v2\n"}, ctx)
     with pytest.raises(Exception, match="changed since it was loaded"):
-        await reg.invoke("shout", {"text": "x"}, ctx)
+        await call(reg, "shout", {"text": "x"}, ctx)
     assert rig.backend.requests == []
 
 
@@ -170,14 +171,14 @@ async def test_strict_policy_asks_for_user_tools_and_hash_changes(tmp_path: Path
 
         reg = rig.services.registry
         ctx = rig.ctx(approver=approve)
-        await reg.invoke("write_tool", {"name": "shout", "code": SHOUT}, ctx)
-        await reg.invoke("reload_tools", {}, ctx)
+        await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
+        await call(reg, "reload_tools", {}, ctx)
         rig.backend.push(FakeResponse(stdout=b'{"ok": true, "result": "X"}\n'))
-        assert (await reg.invoke("shout", {"text": "x"}, ctx)).success
+        assert (await call(reg, "shout", {"text": "x"}, ctx)).success
         digest = (await rig.audit.records(kind="intent"))[-1].tool_hash
         assert asked == [("write_tool", None), ("shout", digest)]
         with pytest.raises(PolicyDenied):  # no approver: an ask is a denial
-            await reg.invoke("shout", {"text": "x"}, rig.ctx())
+            await call(reg, "shout", {"text": "x"}, rig.ctx())
     finally:
         await rig.services.close()
         await rig.audit.close()

@@ -11,6 +11,7 @@ from runtime.errors import InvalidInput, NotFound, PolicyDenied, SandboxError
 from runtime.policy import Action, PolicyEngine, Subject
 from runtime.policy.model import TOOL_GROUP
 from runtime.tools import GROUPS, ToolContext, ToolServices, build_tools
+from tests.fakes.calls import call
 from tests.fakes.executors import audited_executor
 
 POLICIES = PROJECT_ROOT / "policies"
@@ -63,7 +64,7 @@ async def test_hidden_tool_spec_is_404_but_call_is_403(services: ToolServices,
     async with audited_executor(tmp_path / "audit", reg.policy) as executor:
         ctx = ToolContext(subject=subject("secretary"), executor=executor)
         with pytest.raises(PolicyDenied) as exc:
-            await reg.invoke("write_tool", {"name": "x", "code": "x"}, ctx)
+            await call(reg, "write_tool", {"name": "x", "code": "x"}, ctx)
         assert exc.value.rule.startswith("profiles.secretary.deny")
         [denied] = await executor.audit.records()
         assert (denied.kind, denied.tool, denied.rule) == ("denied", "write_tool",
@@ -73,7 +74,7 @@ async def test_hidden_tool_spec_is_404_but_call_is_403(services: ToolServices,
 async def test_nothing_is_decided_without_an_executor(services: ToolServices) -> None:
     """No second, unaudited decision path: a context without an Executor runs nothing."""
     with pytest.raises(SandboxError, match="no executor"):
-        await services.registry.invoke("todo", {"action": "list"},
+        await call(services.registry, "todo", {"action": "list"},
                                        ToolContext(subject=subject()))
 
 
@@ -92,14 +93,14 @@ async def test_bad_args_are_invalid_input_before_anything_runs(services: ToolSer
     ]
     for name, args, needle in cases:
         with pytest.raises(InvalidInput) as exc:
-            await reg.invoke(name, args, ctx)
+            await call(reg, name, args, ctx)
         assert needle in exc.value.message, (name, exc.value.message)
         assert exc.value.message.startswith(f"{name}: ")
 
 
 async def test_unknown_tool_is_not_found(services: ToolServices) -> None:
     with pytest.raises(NotFound):
-        await services.registry.invoke("nope", {}, ToolContext(subject=subject()))
+        await call(services.registry, "nope", {}, ToolContext(subject=subject()))
 
 
 async def test_web_group_denied_is_observable(services: ToolServices) -> None:
@@ -122,7 +123,7 @@ async def test_ask_without_approver_is_denied(tmp_path: Path) -> None:
                 "async def execute(params):\n    return 'x'\n"
             )
             with pytest.raises(PolicyDenied, match="approval required but no approver"):
-                await svc.registry.invoke("write_tool", {"name": "shout", "code": src}, ctx)
+                await call(svc.registry, "write_tool", {"name": "shout", "code": src}, ctx)
             asked: list[str] = []
 
             async def approve(subject: Subject, action: Action, decision: object) -> bool:
@@ -130,7 +131,7 @@ async def test_ask_without_approver_is_denied(tmp_path: Path) -> None:
                 return True
 
             svc.registry.approver = approve
-            result = await svc.registry.invoke("write_tool", {"name": "shout", "code": src},
+            result = await call(svc.registry, "write_tool", {"name": "shout", "code": src},
                                                ctx)
             assert result.success and asked == ["write_tool"]
             kinds = [(r.kind, r.decision) for r in await executor.audit.records()]

@@ -25,6 +25,7 @@ from runtime.tools.builtin import HttpRequestTool, WebViewTool
 from runtime.tools.builtin.web_fetch import encode_fitting, host_allowed, html_to_text
 from runtime.tools.builtin.web_params import egress_problem
 from runtime.tools.registry import ToolRegistry
+from tests.fakes.calls import call as session_call
 
 ROOT = Path(__file__).resolve().parents[2]
 HTTP = HttpRequestTool()
@@ -190,8 +191,8 @@ def rig(audit: AuditLog, backend: FakeBackend, policy: str | None = None
 
 async def call(registry: ToolRegistry, executor: Executor, tool: str, args: Any,
                subject: Subject = WEB, **ctx: Any) -> ToolResult:
-    return await registry.invoke(tool, args, ToolContext(subject=subject, executor=executor,
-                                                         **ctx))
+    return await session_call(registry, tool, args,
+                              ToolContext(subject=subject, executor=executor, **ctx))
 
 
 async def test_a_host_off_the_allowlist_is_denied_by_the_engine_and_runs_nothing(

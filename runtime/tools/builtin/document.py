@@ -16,7 +16,7 @@ from pydantic import Field
 
 from runtime.errors import InvalidInput
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
-from runtime.tools.sandboxed import Invocation, exec_metadata, run_sandboxed
+from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed, with_run
 from runtime.workspace.paths import join_parts, split_path
 
 PAGE_CHARS = 20_000
@@ -74,17 +74,21 @@ class ReadDocumentTool(BuiltinTool[ReadDocumentParams]):
         # "./": a file named like an option ("-f") stays a file name
         argv = ["pdftotext", "-layout", "-enc", "UTF-8", "-q", f"./{path}", "-"]
         outcome = await run_sandboxed(ctx, action, Invocation(argv=argv))
-        res = outcome.result
-        meta = exec_metadata(outcome)
-        meta.pop("stdout", None)  # the text is the output, paged
-        if not res.ok:
-            why = "timed out" if res.timed_out else f"pdftotext exit code {res.exit_code}"
-            detail = res.stderr.decode("utf-8", errors="replace").strip()[-500:]
-            return ToolResult.fail(f"could not extract the text of {path}: {why}"
-                                   + (f" ({detail})" if detail else ""), path=path, **meta)
-        text = res.stdout.decode("utf-8", errors="replace")
-        body, where = page_of(text, offset, path)
-        if res.truncated:
-            where += " (the extraction was cut at the policy's output limit)"
-        return ToolResult.ok(f"{body}\n{where}", path=path, chars=len(text), kind="pdf",
-                             **meta)
+        return with_run(_pdf_answer(path, offset, outcome), outcome)
+
+
+def _pdf_answer(path: str, offset: int, outcome: ExecOutcome) -> ToolResult:
+    res = outcome.result
+    meta = exec_metadata(outcome)
+    meta.pop("stdout", None)  # the text is the output, paged
+    if not res.ok:
+        why = "timed out" if res.timed_out else f"pdftotext exit code {res.exit_code}"
+        detail = res.stderr.decode("utf-8", errors="replace").strip()[-500:]
+        return ToolResult.fail(f"could not extract the text of {path}: {why}"
+                               + (f" ({detail})" if detail else ""), path=path, **meta)
+    text = res.stdout.decode("utf-8", errors="replace")
+    body, where = page_of(text, offset, path)
+    if res.truncated:
+        where += " (the extraction was cut at the policy's output limit)"
+    return ToolResult.ok(f"{body}\n{where}", path=path, chars=len(text), kind="pdf",
+                         **meta)

@@ -14,7 +14,13 @@ from pydantic import Field, field_validator
 
 from runtime.errors import InvalidInput, NaviError
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
-from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
+from runtime.tools.sandboxed import (
+    ExecOutcome,
+    Invocation,
+    exec_metadata,
+    run_sandboxed,
+    with_run,
+)
 
 # One argv string may not exceed the kernel's MAX_ARG_STRLEN (128 KiB).
 MAX_CODE_BYTES = 120 * 1024
@@ -66,14 +72,14 @@ def outcome_result(outcome: ExecOutcome) -> ToolResult:
         sep = "\n" if output and not output.endswith("\n") else ""
         output = f"{output}{sep}[stderr]\n{meta['stderr']}"
     if res.ok:
-        return ToolResult.ok(output, **meta)
+        return with_run(ToolResult.ok(output, **meta), outcome)
     if res.timed_out:
         error = f"timed out after {outcome.timeout_s:g} s"
     elif res.oom_killed:
         error = "killed: out of memory"
     else:
         error = f"exit code {res.exit_code}"
-    return ToolResult.fail(error, output=output, **meta)
+    return with_run(ToolResult.fail(error, output=output, **meta), outcome)
 
 
 class CodeExecTool(BuiltinTool[CodeExecParams]):

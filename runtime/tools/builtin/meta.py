@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
-from runtime.errors import NotFound
 from runtime.tools.base import (
     TOOL_NAME_PATTERN,
     BuiltinTool,
@@ -15,15 +12,7 @@ from runtime.tools.base import (
     ToolParams,
     ToolResult,
 )
-
-if TYPE_CHECKING:
-    from runtime.tools.registry import ToolRegistry
-
-
-def _registry(ctx: ToolContext) -> ToolRegistry:
-    if ctx.registry is None:
-        raise NotFound("no tool registry in this context")
-    return ctx.registry
+from runtime.tools.registry import ToolRegistry
 
 
 class ListToolsTool(BuiltinTool[NoParams]):
@@ -35,8 +24,11 @@ class ListToolsTool(BuiltinTool[NoParams]):
     group = "group:meta"
     Params = NoParams
 
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
+
     async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
-        registry = _registry(ctx)
+        registry = self.registry
         tools = await registry.available(ctx.subject)
         catalog = await registry.catalog(ctx.tenant)
         lines = []
@@ -72,6 +64,9 @@ class ToolManualTool(BuiltinTool[ToolManualParams]):
     group = "group:meta"
     Params = ToolManualParams
 
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
+
     async def execute(self, params: ToolManualParams, ctx: ToolContext) -> ToolResult:
-        text = await _registry(ctx).manual(params.name, ctx.subject)
+        text = await self.registry.manual(params.name, ctx.subject)
         return ToolResult.ok(text, name=params.name)

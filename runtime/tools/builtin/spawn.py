@@ -3,7 +3,7 @@ here; the sub-agent's own calls are decided and audited one by one)."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import Field
 
@@ -39,10 +39,8 @@ class SpawnAgentTool(BuiltinTool[SpawnAgentParams]):
     async def execute(self, params: SpawnAgentParams, ctx: ToolContext) -> ToolResult:
         if self.runner is None:
             raise NotFound("sub-agents are not available here")
-        extra: dict[str, Any] = ctx.extra
         reason, answer, turn_id = await self.runner.run(
-            ctx.subject, params.task, params.profile, extra.get("turn_id"),
-            extra.get("call_id"))
+            ctx.subject, params.task, params.profile, ctx.origin.turn_id, ctx.origin.call_id)
         meta = {"sub_turn": turn_id, "stop_reason": reason}
         if reason in ("stop", "max_iterations", "too_long"):
             return ToolResult.ok(answer, **meta)

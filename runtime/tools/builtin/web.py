@@ -35,7 +35,13 @@ from runtime.tools.builtin.web_params import (
     WebViewParams,
     url_host_port,
 )
-from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed
+from runtime.tools.sandboxed import (
+    ExecOutcome,
+    Invocation,
+    exec_metadata,
+    run_sandboxed,
+    with_run,
+)
 
 FETCH_SOURCE = (Path(__file__).with_name("web_fetch.py")).read_text(encoding="utf-8")
 MAX_REDIRECTS = 5
@@ -107,7 +113,8 @@ class _WebTool(BuiltinTool[W]):
         outcome = await run_sandboxed(bare, action, fetch)
         # the exec result without the fetcher's JSON answer: its contents are the result's
         execution = outcome.execution.model_copy(update={"stdout": ""})
-        return self._result(params, outcome).model_copy(update={"execution": execution})
+        return with_run(self._result(params, outcome).model_copy(
+            update={"execution": execution}), outcome)
 
     def _result(self, params: Any, outcome: ExecOutcome) -> ToolResult:
         meta = exec_metadata(outcome)

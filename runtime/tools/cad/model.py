@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
 from runtime.tools.cad.diagnostics import Diagnostic, counts, parse_log, summary
 from runtime.tools.cad.protocol import failure, run_cad
-from runtime.tools.sandboxed import exec_metadata
+from runtime.tools.sandboxed import exec_metadata, with_run
 
 MAX_CODE_BYTES = 512 * 1024
 MAX_STL_BYTES = 48 * 1024 * 1024
@@ -125,17 +125,17 @@ class Model3DTool(BuiltinTool[Model3DParams]):
                                  **counts(diagnostics)}
         report = summary(diagnostics)
         if reply is None:
-            return failure(outcome, f"OpenSCAD log:\n{report}", **extra)
+            return with_run(failure(outcome, f"OpenSCAD log:\n{report}", **extra), outcome)
         meta = {**exec_metadata(outcome), **extra, "compile_ms": reply.field("compile_ms")}
         if not reply.ok:
             error = reply.error or "compilation failed"
-            return ToolResult.fail(error, output=f"{scad} saved; no STL: {error}\n{report}",
-                                   **meta)
+            return with_run(ToolResult.fail(
+                error, output=f"{scad} saved; no STL: {error}\n{report}", **meta), outcome)
         mesh = MeshStats.model_validate(reply.field("stats"))
         stl_bytes = int(reply.field("stl_bytes", 0))
         text = describe_mesh(stl, stl_bytes, int(reply.field("compile_ms", 0)), mesh)
-        return ToolResult.ok(f"{text}\nOpenSCAD: {report}", **meta, mesh=mesh.model_dump(),
-                             stl_bytes=stl_bytes)
+        return with_run(ToolResult.ok(f"{text}\nOpenSCAD: {report}", **meta,
+                                      mesh=mesh.model_dump(), stl_bytes=stl_bytes), outcome)
 
 
 class ScadLintTool(BuiltinTool[ScadLintParams]):
@@ -156,15 +156,18 @@ class ScadLintTool(BuiltinTool[ScadLintParams]):
         extra = {"diagnostics": [d.model_dump() for d in diagnostics], **counts(diagnostics)}
         report = summary(diagnostics)
         if reply is None:
-            return failure(outcome, report, **extra)
+            return with_run(failure(outcome, report, **extra), outcome)
         meta = {**exec_metadata(outcome), **extra, "lint_ms": reply.field("lint_ms")}
         if not reply.ok:
-            return ToolResult.fail(reply.error or "lint failed", output=report, **meta)
+            return with_run(ToolResult.fail(reply.error or "lint failed", output=report,
+                                            **meta), outcome)
         errors = extra["errors"]
         if errors or reply.field("openscad_exit") not in (0, None):
-            return ToolResult.fail(_lint_error(diagnostics, reply.field("openscad_exit")),
-                                   output=report, **meta)
-        return ToolResult.ok(report if diagnostics else "no errors or warnings", **meta)
+            return with_run(ToolResult.fail(
+                _lint_error(diagnostics, reply.field("openscad_exit")), output=report, **meta),
+                outcome)
+        return with_run(ToolResult.ok(report if diagnostics else "no errors or warnings",
+                                      **meta), outcome)
 
 
 def _lint_error(diagnostics: list[Diagnostic], exit_code: Any) -> str:

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator
 from runtime.errors import InvalidInput, InvalidPath, NotFound, PayloadTooLarge
 from runtime.tools.base import BuiltinTool, ImageBlock, ToolContext, ToolParams, ToolResult
 from runtime.tools.cad.protocol import failure, run_cad
-from runtime.tools.sandboxed import exec_metadata
+from runtime.tools.sandboxed import exec_metadata, with_run
 from runtime.workspace import split_path
 
 View = Literal["isometric", "front", "back", "left", "right", "top", "bottom"]
@@ -98,11 +98,11 @@ class Render3DTool(BuiltinTool[Render3DParams]):
         args = params.model_dump(mode="json")
         outcome, reply = await run_cad(ctx, self.action(args, ctx), request)
         if reply is None:
-            return failure(outcome, "", path=params.path)
+            return with_run(failure(outcome, "", path=params.path), outcome)
         meta = {**exec_metadata(outcome), "path": params.path,
                 "render_ms": reply.field("render_ms")}
         if not reply.ok:
-            return ToolResult.fail(reply.error or "rendering failed", **meta)
+            return with_run(ToolResult.fail(reply.error or "rendering failed", **meta), outcome)
         if ctx.workspace is None:
             raise InvalidInput("this call has no session workspace")
         images: list[dict[str, Any]] = []
@@ -114,11 +114,12 @@ class Render3DTool(BuiltinTool[Render3DParams]):
             else:
                 images.append(block.model_dump())
         if problems:
-            return ToolResult.fail("; ".join(problems), **meta, renders=outputs)
+            return with_run(ToolResult.fail("; ".join(problems), **meta, renders=outputs),
+                            outcome)
         text = (f"rendered {params.path} ({reply.field('triangles')} triangles): "
                 + ", ".join(f"{v} -> {o}" for v, o in zip(views, outputs, strict=True))
                 + f"; {WIDTH}x{HEIGHT} px each")
-        return ToolResult.ok(text, **meta, renders=outputs, images=images)
+        return with_run(ToolResult.ok(text, **meta, renders=outputs, images=images), outcome)
 
 
 async def _read_png(ctx: ToolContext, path: str) -> tuple[ImageBlock | None, str]:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from runtime.errors import NotFound
 from runtime.tools.base import BuiltinTool, NoParams, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from runtime.tools.mcp.catalog import McpCatalog
 
 
 class McpStatusTool(BuiltinTool[NoParams]):
@@ -17,11 +21,13 @@ class McpStatusTool(BuiltinTool[NoParams]):
     group = "group:meta"
     Params = NoParams
 
+    def __init__(self, catalog: McpCatalog | None = None) -> None:
+        self.catalog = catalog
+
     async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
-        registry = ctx.registry
-        if registry is None or registry.mcp is None:
-            raise NotFound("no MCP catalog in this context")
-        report = await registry.mcp.status(ctx.subject)
+        if self.catalog is None:
+            raise NotFound("no MCP catalog here")
+        report = await self.catalog.status(ctx.subject)
         if not report:
             return ToolResult.ok("No MCP servers are declared by the policy.", servers=[])
         return ToolResult.ok(json.dumps(report, indent=2, ensure_ascii=False), servers=report)

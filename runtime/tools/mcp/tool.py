@@ -25,7 +25,7 @@ from runtime.tools.mcp.protocol import (
     result_text,
     server_hash,
 )
-from runtime.tools.sandboxed import Invocation, exec_metadata, run_sandboxed
+from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed, with_run
 from runtime.tools.schema_guard import validate_instance
 
 MAX_ARGS_BYTES = 1024 * 1024
@@ -83,6 +83,9 @@ class McpTool(Tool):
         invocation = Invocation(argv=call_argv(self.server, self.remote_name),
                                 stdin=json.dumps(params, ensure_ascii=False).encode())
         outcome = await run_sandboxed(ctx, self.action(params, ctx), invocation)
+        return with_run(self._answer(outcome), outcome)
+
+    def _answer(self, outcome: ExecOutcome) -> ToolResult:
         res = outcome.result
         meta = exec_metadata(outcome)
         meta.update(mcp_server=self.server_name, tool_hash=self.server_hash)

@@ -10,6 +10,7 @@ the registry first).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from pydantic import Field
@@ -39,6 +40,9 @@ TEMPLATE_HINT = (
     "parameters (a JSON Schema of type object) and `async def execute(params) -> str`."
 )
 
+OffLoop = Callable[..., Awaitable[Any]]
+"""`ToolRegistry.off_loop`: `(tenant, fn, *args)` run in the tenant's worker-thread line."""
+
 
 class WriteToolParams(ToolParams):
     name: str = Field(pattern=TOOL_NAME_PATTERN, description="tool name, e.g. word_count")
@@ -58,14 +62,14 @@ class WriteToolTool(BuiltinTool[WriteToolParams]):
     group = "group:meta"
     Params = WriteToolParams
 
-    def __init__(self, catalogs: UserToolCatalogs) -> None:
+    def __init__(self, catalogs: UserToolCatalogs,
+                 builtin_names: Callable[[], Collection[str]] = frozenset) -> None:
         self.catalogs = catalogs
+        self.builtin_names = builtin_names  # the registry's: a user tool may not take one
 
     async def execute(self, params: WriteToolParams, ctx: ToolContext) -> ToolResult:
         store = self.catalogs.store
-        reserved = set(store.reserved)
-        if ctx.registry is not None:
-            reserved |= set(ctx.registry.builtin_names())
+        reserved = set(store.reserved) | set(self.builtin_names())
         if params.name in reserved:
             return ToolResult.fail(f"{params.name!r} is the name of a built-in tool")
         try:
@@ -98,8 +102,9 @@ class ToolTestTool(BuiltinTool[ToolTestParams]):
     group = "group:meta"
     Params = ToolTestParams
 
-    def __init__(self, catalogs: UserToolCatalogs) -> None:
+    def __init__(self, catalogs: UserToolCatalogs, off_loop: OffLoop | None = None) -> None:
         self.catalogs = catalogs
+        self.off_loop = off_loop  # the registry's (validation in the tenant's own line)
 
     async def execute(self, params: ToolTestParams, ctx: ToolContext) -> ToolResult:
         store = self.catalogs.store
@@ -111,9 +116,9 @@ class ToolTestTool(BuiltinTool[ToolTestParams]):
             raise Forbidden(f"user tool {params.name!r} is disabled; test_tool runs only "
                             "enabled tools")
         # agent-written schema: time-boxed, and off the event loop (in the tenant's line)
-        if ctx.registry is not None:
-            args = await ctx.registry.off_loop(ctx.tenant, validate_params, loaded.descriptor,
-                                               params.params)
+        if self.off_loop is not None:
+            args = await self.off_loop(ctx.tenant, validate_params, loaded.descriptor,
+                                       params.params)
         else:
             args = await asyncio.to_thread(validate_params, loaded.descriptor, params.params)
         action = Action(

@@ -27,7 +27,7 @@ from runtime.errors import InvalidInput
 from runtime.policy.decision import Action, Decision
 from runtime.sandbox.models import Mount
 from runtime.tools.base import Tool, ToolContext, ToolResult
-from runtime.tools.sandboxed import Invocation, exec_metadata, run_sandboxed
+from runtime.tools.sandboxed import ExecOutcome, Invocation, exec_metadata, run_sandboxed, with_run
 from runtime.tools.user.descriptor import validate_params
 from runtime.tools.user.store import LoadedUserTool, UserToolStore
 
@@ -140,6 +140,10 @@ async def run_user_tool(
     finally:
         for copy in copies:  # the run has ended (or never started): drop the reference
             await asyncio.shield(asyncio.to_thread(store.release, ctx.tenant, copy))
+    return with_run(_answer(loaded, outcome), outcome)
+
+
+def _answer(loaded: LoadedUserTool, outcome: ExecOutcome) -> ToolResult:
     res = outcome.result
     stderr = res.stderr.decode("utf-8", errors="replace")
     meta = exec_metadata(outcome)
