@@ -82,6 +82,12 @@ class Workspace:
             raise ValueError("workspace is closed")
         return self._resolver
 
+    def _open(self, parts: tuple[str, ...], shown: str, flags: int) -> int:
+        try:
+            return self._live().open(parts, flags)
+        except OSError as exc:
+            raise_mapped(exc, shown)
+
     def _open_parent(self, parts: tuple[str, ...], shown: str, *, create: bool) -> int:
         try:
             return self._live().open_dir(parts[:-1], create=create, owner=self.owner)
@@ -94,14 +100,7 @@ class Workspace:
         """Kind, size and mtime of a file or directory (``""`` is the workspace itself)."""
         parts = split_path(path, allow_root=True)
         shown = join_parts(parts)
-        try:
-            fd = self._live().open(parts, READ_FLAGS)
-        except OSError as exc:
-            raise_mapped(exc, shown)
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        st = _stat_and_close(self._open(parts, shown, READ_FLAGS))
         kind = classify(st, shown)
         return FileStat(path=shown, kind=kind, size=st.st_size if kind == "file" else 0,
                         mtime=st.st_mtime)
@@ -110,10 +109,7 @@ class Workspace:
         """Open a regular file for streaming (``reader.size`` for Content-Length)."""
         parts = split_path(path)
         shown = join_parts(parts)
-        try:
-            fd = self._live().open(parts, READ_FLAGS)
-        except OSError as exc:
-            raise_mapped(exc, shown)
+        fd = self._open(parts, shown, READ_FLAGS)
         try:
             st = os.fstat(fd)
             if classify(st, shown) != "file":
@@ -140,10 +136,7 @@ class Workspace:
         """
         parts = split_path(path, allow_root=True)
         shown = join_parts(parts)
-        try:
-            fd = self._live().open(parts, DIR_FLAGS)
-        except OSError as exc:
-            raise_mapped(exc, shown)
+        fd = self._open(parts, shown, DIR_FLAGS)
         found: list[FileEntry] = []
         try:
             for item in walk(self._resolver, fd, shown, self.limits.max_scan_entries):
@@ -242,10 +235,7 @@ class Workspace:
             fd = self._live().open_dir(parts, create=True, owner=self.owner)
         except OSError as exc:
             raise_mapped(exc, shown)
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        st = _stat_and_close(fd)
         return FileStat(path=shown, kind="dir", size=0, mtime=st.st_mtime)
 
     def delete(self, path: str) -> None:
@@ -293,3 +283,10 @@ class Workspace:
         finally:
             os.close(src_fd)
         return self.stat(dshown)
+
+
+def _stat_and_close(fd: int) -> os.stat_result:
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
