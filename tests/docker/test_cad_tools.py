@@ -22,16 +22,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from runtime.audit import AuditLog
-from runtime.config import PROJECT_ROOT
-from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.images import image_ref
-from runtime.store.ids import new_session_id, new_tenant_id
-from runtime.tools import ToolContext, ToolServices, build_tools
-from runtime.workspace import Workspaces
-from runtime.workspace.workspace import Workspace
+from tests.docker.tool_rig import DockerToolRig, docker_tool_rig
 from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
@@ -55,19 +48,7 @@ def openscad_image(docker_api: docker.APIClient) -> str:
 
 
 @dataclass
-class CadRig:
-    services: ToolServices
-    executor: Executor
-    audit: AuditLog
-    ws_path: Path
-    ws: Workspace
-    tenant: str
-
-    def ctx(self, **kw: object) -> ToolContext:
-        subject = Subject(tenant=self.tenant, user="tok", session=self.ws_path.name)
-        return ToolContext(subject=subject, executor=self.executor, workspace=self.ws,
-                           workspace_path=self.ws_path, **kw)  # type: ignore[arg-type]
-
+class CadRig(DockerToolRig):
     async def call(self, tool: str, args: dict[str, object], **kw: object):  # type: ignore[no-untyped-def]
         return await call(self.services.registry, tool, args, self.ctx(**kw))
 
@@ -77,26 +58,9 @@ async def cad(
     tmp_path: Path, backend: DockerBackend, backend_config: DockerBackendConfig,
     openscad_image: str,
 ) -> AsyncIterator[CadRig]:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
-    audit = AuditLog(tmp_path / "audit")
-    await audit.open()
-    executor = Executor(
-        engine=engine, backend=backend, audit=audit,
-        resolve_image=lambda name: openscad_image if name == "openscad" else image_ref(name),
-    )
-    services = build_tools(tmp_path / "data", policy=engine)
-    await services.open()
-    workspaces = Workspaces(backend_config.workspaces_root)
-    tenant, session = new_tenant_id(), new_session_id()
-    path = workspaces.create(tenant, session)
-    ws = workspaces.open(tenant, session)
-    try:
-        yield CadRig(services, executor, audit, path, ws, tenant)
-    finally:
-        ws.close()
-        workspaces.remove(tenant, session)
-        await services.close()
-        await audit.close()
+    async with docker_tool_rig(tmp_path, backend, backend_config,
+                               images={"openscad": openscad_image}, user="tok") as made:
+        yield CadRig(**vars(made))
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:

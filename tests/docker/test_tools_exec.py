@@ -5,55 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import pytest
 
-from runtime.audit import AuditLog
-from runtime.config import PROJECT_ROOT
 from runtime.errors import NotFound
-from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.models import OutputChunk
-from runtime.store.ids import new_session_id, new_tenant_id
-from runtime.tools import ToolContext, ToolServices, build_tools
-from runtime.workspace import Workspaces
-from runtime.workspace.workspace import Workspace
+from tests.docker.tool_rig import DockerToolRig, docker_tool_rig
 from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
 
-RUNNER_IMAGE = image_ref("tools-runner")
-
-
-@pytest.fixture(scope="session")
-def runner_image(docker_api: docker.APIClient) -> str:
-    try:
-        docker_api.inspect_image(RUNNER_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{RUNNER_IMAGE} is missing; build it with `navi images build tools-runner`")
-    return RUNNER_IMAGE
-
-
-@dataclass
-class Rig:
-    services: ToolServices
-    executor: Executor
-    audit: AuditLog
-    ws_path: Path
-    ws: Workspace
-    tenant: str
-    session: str
-
-    def ctx(self, **kw: object) -> ToolContext:
-        subject = Subject(tenant=self.tenant, user="tok", session=self.session)
-        return ToolContext(subject=subject, executor=self.executor, workspace=self.ws,
-                           workspace_path=self.ws_path, **kw)  # type: ignore[arg-type]
+Rig = DockerToolRig
 
 
 @pytest.fixture
@@ -61,23 +25,10 @@ async def rig(
     tmp_path: Path, backend: DockerBackend, backend_config: DockerBackendConfig,
     sandbox_image: str, runner_image: str,
 ) -> AsyncIterator[Rig]:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
     images = {"python": sandbox_image, "tools-runner": runner_image}
-    tenant, session = new_tenant_id(), new_session_id()
-    workspaces = Workspaces(backend_config.workspaces_root)
-    async with AsyncExitStack() as stack:
-        audit = AuditLog(tmp_path / "audit")
-        await audit.open()
-        stack.push_async_callback(audit.close)
-        executor = Executor(engine=engine, backend=backend, audit=audit,
-                            resolve_image=lambda name: images.get(name, image_ref(name)))
-        services = build_tools(tmp_path / "data", policy=engine)
-        stack.push_async_callback(services.close)
-        await services.open()
-        path = workspaces.create(tenant, session)
-        stack.callback(workspaces.remove, tenant, session)
-        ws = stack.enter_context(workspaces.open(tenant, session))
-        yield Rig(services, executor, audit, path, ws, tenant, session)
+    async with docker_tool_rig(tmp_path, backend, backend_config, images=images,
+                               user="tok") as made:
+        yield made
 
 
 async def test_code_exec_python_streams_and_shares_the_workspace(rig: Rig) -> None:

@@ -4,4 +4,5 @@ tools of a data dir (``services``, from tests/fakes/tool_rigs)."""
 
 from tests.conformance.harness import adapter, sandbox  # noqa: F401 - fixtures, used by name
 from tests.docker.sandbox_fixtures import *  # noqa: F403 - the engine fixtures (its __all__)
+from tests.docker.tool_rig import runner_image  # noqa: F401 - the fixture, used by name
 from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name

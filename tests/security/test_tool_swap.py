@@ -15,26 +15,21 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 
-from runtime.audit import AuditLog
-from runtime.config import PROJECT_ROOT
 from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
+from runtime.policy import Subject
 from runtime.policy.decision import Action, Decision
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.docker.warm_pool import WarmPoolConfig
-from runtime.store.ids import new_session_id, new_tenant_id
-from runtime.tools import ToolContext, ToolServices, build_tools
+from runtime.tools import ToolContext, ToolServices
 from runtime.tools.base import ToolResult
 from runtime.tools.user.descriptor import content_hash
-from runtime.workspace import Workspaces
+from tests.docker.tool_rig import docker_tool_rig
 from tests.docker.warm_fixtures import wait_ready
 from tests.fakes.calls import call
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("runner_image")]
 
 
 def version(tag: str) -> str:
@@ -54,23 +49,10 @@ def backend_config(backend_config: DockerBackendConfig) -> DockerBackendConfig:
 async def make_rig(tmp_path: Path, backend: DockerBackend, backend_config: DockerBackendConfig,
                    policy: str, profile: str, tenant_name: str | None,
                    stack: AsyncExitStack, approver: Any = None) -> Rig:
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / policy)
-    tenant, session = new_tenant_id(), new_session_id()
-    workspaces = Workspaces(backend_config.workspaces_root)
-    audit = AuditLog(tmp_path / "audit")
-    await audit.open()
-    stack.push_async_callback(audit.close)
-    executor = Executor(engine=engine, backend=backend, audit=audit, resolve_image=image_ref,
-                        approver=approver)
-    services = build_tools(tmp_path / "data", policy=engine)
-    stack.push_async_callback(services.close)
-    await services.open()
-    path = workspaces.create(tenant, session)
-    stack.callback(workspaces.remove, tenant, session)
-    ws = stack.enter_context(workspaces.open(tenant, session))
-    subject = Subject(tenant=tenant, tenant_name=tenant_name, session=session, profile=profile)
-    ctx = ToolContext(subject=subject, executor=executor, workspace=ws, workspace_path=path)
-    return services, ctx, executor
+    rig = await stack.enter_async_context(docker_tool_rig(
+        tmp_path, backend, backend_config, policy=policy, approver=approver,
+        tenant_name=tenant_name, profile=profile))
+    return rig.services, rig.ctx(), rig.executor
 
 
 async def store(services: ToolServices, ctx: ToolContext, tag: str) -> str:
@@ -86,11 +68,6 @@ def assert_ran(result: ToolResult, tag: str, digest: str) -> None:
     assert result.output == tag, f"asked for {tag}, ran {result.output}"
     assert result.metadata["tool_hash"] == digest  # what the intent records
     assert result.metadata["ran_sha256"] == digest  # what the runner executed
-
-
-@pytest.fixture(autouse=True)
-def _images(docker_api: docker.APIClient) -> None:
-    docker_api.inspect_image(image_ref("tools-runner"))
 
 
 async def test_a_warm_container_runs_only_the_content_it_was_made_for(

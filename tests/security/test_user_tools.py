@@ -11,22 +11,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from pathlib import Path
 
-import docker
 import pytest
 
-from runtime.audit import AuditLog
-from runtime.config import PROJECT_ROOT
-from runtime.executor import Executor
-from runtime.policy import PolicyEngine, Subject
+from runtime.policy import Subject
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
-from runtime.sandbox.docker.images import image_ref
-from runtime.store.ids import new_session_id, new_tenant_id
-from runtime.tools import ToolContext, ToolServices, build_tools
+from runtime.tools import ToolContext, ToolServices
 from runtime.tools.user.descriptor import parse_descriptor
-from runtime.workspace import Workspaces
+from tests.docker.tool_rig import docker_tool_rig
 from tests.fakes.calls import call
 from tests.fakes.executors import audited_executor
 
@@ -137,32 +130,10 @@ SECRET = "navi-supervisor-secret-" + uuid.uuid4().hex
 
 @pytest.fixture
 async def docker_rig(
-    tmp_path: Path,
-    backend: DockerBackend,
-    backend_config: DockerBackendConfig,
-    docker_api: docker.APIClient,
+    tmp_path: Path, backend: DockerBackend, backend_config: DockerBackendConfig, runner_image: str,
 ) -> AsyncIterator[tuple[ToolServices, ToolContext]]:
-    try:
-        docker_api.inspect_image(image_ref("tools-runner"))
-    except docker.errors.ImageNotFound:
-        pytest.fail("navi/tools-runner:latest is missing; run `navi images build tools-runner`")
-    engine = PolicyEngine.from_file(PROJECT_ROOT / "policies" / "default.yaml")
-    tenant, session = new_tenant_id(), new_session_id()
-    workspaces = Workspaces(backend_config.workspaces_root)
-    async with AsyncExitStack() as stack:
-        audit = AuditLog(tmp_path / "audit")
-        await audit.open()
-        stack.push_async_callback(audit.close)
-        executor = Executor(engine=engine, backend=backend, audit=audit, resolve_image=image_ref)
-        services = build_tools(tmp_path / "data", policy=engine)
-        stack.push_async_callback(services.close)
-        await services.open()
-        path = workspaces.create(tenant, session)
-        stack.callback(workspaces.remove, tenant, session)
-        ws = stack.enter_context(workspaces.open(tenant, session))
-        ctx = ToolContext(subject=Subject(tenant=tenant, session=session), executor=executor,
-                          workspace=ws, workspace_path=path)
-        yield services, ctx
+    async with docker_tool_rig(tmp_path, backend, backend_config) as rig:
+        yield rig.services, rig.ctx()
 
 
 @pytest.mark.docker
