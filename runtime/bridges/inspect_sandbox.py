@@ -7,25 +7,25 @@ Installing navi-runtime registers it (entry point `inspect_ai: navi`), so an eva
 One Navi session per sample (opened at `sample_init`, deleted at `sample_cleanup`). `exec`
 is one `terminal` call through `POST /v1/sessions/{id}/exec`: decided by the server's
 policy, written to its audit log, run in a fresh sandbox with the session's files as the
-working directory. Files go through the files API. What a per-call, non-root sandbox does
-not offer raises what inspect expects (README, "inspect_ai"): another user
-(`SandboxUserUnsupportedError`), files outside the workspace (`PermissionError`: nothing
-outside it survives a call).
+working directory. Files go through the files API. Every request is `runtime.client`'s
+(`AsyncNaviClient`); its exceptions become the ones inspect expects. What a per-call,
+non-root sandbox does not offer raises what inspect expects (README, "inspect_ai"): another
+user (`SandboxUserUnsupportedError`), files outside the workspace (`PermissionError`:
+nothing outside it survives a call).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import posixpath
 import re
 import secrets
 import shlex
 from pathlib import Path
-from typing import Any, Literal, overload
-from urllib.parse import quote
+from typing import Literal, overload
 
-import httpx
 import yaml
 from inspect_ai.util import (
     ExecResult,
@@ -37,6 +37,16 @@ from inspect_ai.util import (
     sandboxenv,
 )
 from pydantic import BaseModel, ConfigDict, Field
+
+from runtime.client import (
+    AsyncNaviClient,
+    AuthenticationError,
+    BadRequestError,
+    NaviAPIError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResponseTooLarge,
+)
 
 WORKSPACE = "/workspace"
 SCRATCH = ".inspect-navi-"  # names of the provider's own short-lived workspace files
@@ -92,7 +102,7 @@ def outside(file: str) -> PermissionError:
 
 @sandboxenv(name="navi")
 class NaviSandboxEnvironment(SandboxEnvironment):
-    def __init__(self, client: httpx.AsyncClient, session: str) -> None:
+    def __init__(self, client: AsyncNaviClient, session: str) -> None:
         super().__init__()
         self.client = client
         self.session = session
@@ -100,24 +110,21 @@ class NaviSandboxEnvironment(SandboxEnvironment):
     # ---- lifecycle ------------------------------------------------------------------
 
     @classmethod
-    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
+    def config_deserialize(cls, config: dict[str, object]) -> BaseModel:
         return NaviSandboxConfig(**config)
 
     @classmethod
     async def sample_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
                           metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         settings = load_config(config)
-        client = httpx.AsyncClient(
-            base_url=settings.url.rstrip("/"), timeout=HTTP_TIMEOUT_S,
-            headers={"Authorization": f"Bearer {settings.bearer()}"})
-        body: dict[str, Any] = {"title": f"inspect: {task_name}"[:200]}
-        if settings.profile:
-            body["profile"] = settings.profile
-        resp = await client.post("/v1/sessions", json=body)
-        if resp.status_code != 201:
+        client = AsyncNaviClient(settings.url, settings.bearer(), timeout=HTTP_TIMEOUT_S)
+        try:
+            session = await client.create_session(profile=settings.profile or None,
+                                                  title=f"inspect: {task_name}"[:200])
+        except NaviAPIError as exc:
             await client.aclose()
-            raise RuntimeError(f"navi sandbox: cannot open a session: {_error(resp)}")
-        return {"default": cls(client, resp.json()["id"])}
+            raise RuntimeError(f"navi sandbox: cannot open a session: {exc}") from None
+        return {"default": cls(client, session.id)}
 
     @classmethod
     async def sample_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
@@ -126,7 +133,8 @@ class NaviSandboxEnvironment(SandboxEnvironment):
         for env in environments.values():
             if isinstance(env, NaviSandboxEnvironment):
                 try:
-                    await env.client.delete(f"/v1/sessions/{env.session}")
+                    with contextlib.suppress(NaviAPIError):  # e.g. already gone
+                        await env.client.delete_session(env.session)
                 finally:
                     await env.client.aclose()
 
@@ -164,26 +172,24 @@ class NaviSandboxEnvironment(SandboxEnvironment):
             return await self._run(script, timeout)
         finally:
             for name in scratch:
-                await self.client.delete(f"/v1/sessions/{self.session}/files/{name}")
+                with contextlib.suppress(NaviAPIError):
+                    await self.client.delete_file(self.session, name)
 
     async def _run(self, script: str, timeout: int | None) -> ExecResult[str]:
-        body: dict[str, Any] = {"tool": "terminal", "args": {"command": script}}
-        if timeout is not None:
-            body["timeout_s"] = timeout
-        resp = await self.client.post(f"/v1/sessions/{self.session}/exec", json=body)
-        if resp.status_code == 403:
-            raise PermissionError(f"denied by Navi's policy: {_error(resp)}")
-        if resp.status_code != 200:
-            raise RuntimeError(f"navi exec failed: {_error(resp)}")
-        out = resp.json()
-        if out.get("timed_out"):
+        try:
+            out = await self.client.exec(self.session, "terminal", {"command": script},
+                                         timeout_s=timeout)
+        except PermissionDeniedError as exc:
+            raise PermissionError(f"denied by Navi's policy: {exc}") from None
+        except NaviAPIError as exc:
+            raise RuntimeError(f"navi exec failed: {exc}") from None
+        if out.timed_out:
             raise TimeoutError(f"command timed out after {timeout} s")
-        stdout, stderr = out.get("stdout") or "", out.get("stderr") or ""
-        code = out.get("exit_code")
+        stdout, stderr, code = out.stdout, out.stderr, out.exit_code
         if code == 126 and "Permission denied" in stderr:
             raise PermissionError(stderr.strip())
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE
-        if out.get("truncated") or len(stdout) > limit or len(stderr) > limit:
+        if out.truncated or len(stdout) > limit or len(stderr) > limit:
             raise OutputLimitExceededError(
                 SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, stdout[:limit])
         return ExecResult(success=code == 0, returncode=code if code is not None else -1,
@@ -191,9 +197,10 @@ class NaviSandboxEnvironment(SandboxEnvironment):
 
     async def _scratch(self, data: bytes) -> str:
         name = f"{SCRATCH}{secrets.token_hex(8)}"
-        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{name}", content=data)
-        if resp.status_code not in (200, 201):
-            raise RuntimeError(f"navi sandbox: cannot stage data: {_error(resp)}")
+        try:
+            await self.client.put_file(self.session, name, data)
+        except NaviAPIError as exc:
+            raise RuntimeError(f"navi sandbox: cannot stage data: {exc}") from None
         return name
 
     # ---- files ----------------------------------------------------------------------
@@ -202,17 +209,14 @@ class NaviSandboxEnvironment(SandboxEnvironment):
         rel = workspace_path(file)
         if rel is None:
             raise outside(file)
-        data = contents.encode("utf-8") if isinstance(contents, str) else contents
-        resp = await self.client.put(f"/v1/sessions/{self.session}/files/{quote(rel)}",
-                                     content=data)
-        if resp.status_code in (200, 201):
-            return
-        message = _error(resp)
-        if "is a directory" in message.lower():
-            raise IsADirectoryError(f"{file}: is a directory")
-        if resp.status_code in (401, 403):
-            raise PermissionError(f"{file}: {message}")
-        raise RuntimeError(f"navi sandbox: cannot write {file}: {message}")
+        try:
+            await self.client.put_file(self.session, rel, contents)
+        except NaviAPIError as exc:
+            if "is a directory" in exc.message.lower():
+                raise IsADirectoryError(f"{file}: is a directory") from None
+            if isinstance(exc, AuthenticationError | PermissionDeniedError):
+                raise PermissionError(f"{file}: {exc}") from None
+            raise RuntimeError(f"navi sandbox: cannot write {file}: {exc}") from None
 
     @overload
     async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
@@ -229,21 +233,18 @@ class NaviSandboxEnvironment(SandboxEnvironment):
         return data.decode("utf-8") if text else data
 
     async def _read_workspace(self, file: str, rel: str) -> bytes:
-        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
-        url = f"/v1/sessions/{self.session}/files/{quote(rel)}"  # '?', '#', '%' are names
-        async with self.client.stream("GET", url) as resp:
-            if resp.status_code != 200:
-                await resp.aread()
-                message = _error(resp)
-                if "is a directory" in message.lower():
-                    raise IsADirectoryError(f"{file}: is a directory")
-                if resp.status_code in (400, 404):  # no such file, or no such name
-                    raise FileNotFoundError(f"{file}: no such file")
-                raise PermissionError(f"{file}: {message}")
-            if int(resp.headers.get("content-length", "0")) > limit:
-                raise OutputLimitExceededError(
-                    SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
-            return await resp.aread()
+        try:
+            return await self.client.get_file(
+                self.session, rel, max_bytes=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE)
+        except ResponseTooLarge:
+            raise OutputLimitExceededError(
+                SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None) from None
+        except NaviAPIError as exc:
+            if "is a directory" in exc.message.lower():
+                raise IsADirectoryError(f"{file}: is a directory") from None
+            if isinstance(exc, BadRequestError | NotFoundError):  # no such file, or name
+                raise FileNotFoundError(f"{file}: no such file") from None
+            raise PermissionError(f"{file}: {exc}") from None
 
     async def _read_outside(self, file: str) -> bytes:
         """A file of the image (e.g. /etc/os-release), read in a sandbox."""
@@ -262,10 +263,3 @@ class NaviSandboxEnvironment(SandboxEnvironment):
             raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR, None)
         return data
 
-
-def _error(resp: httpx.Response) -> str:
-    try:
-        error = resp.json().get("error") or {}
-        return f"{resp.status_code} {error.get('code')}: {error.get('message')}"
-    except ValueError:
-        return f"{resp.status_code} {resp.text[:300]}"
