@@ -42,18 +42,25 @@ class Mount(BaseModel):
     read_only: bool = True
 
 
-class ExecRequest(BaseModel):
-    """One call: a fresh container runs ``argv`` with ``stdin`` and the workspace as cwd."""
+class Invocation(BaseModel):
+    """What to run (a tool's part of a call); where (image), how long and with which limits
+    is the policy's call, added by the Executor in the `ExecRequest` it makes of it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    image: str
     argv: list[str] = Field(min_length=1)
     stdin: bytes = b""
     env: dict[str, str] = Field(default_factory=dict)
     workspace: Path | None = None
     workdir: str = "/workspace"
     mounts: list[Mount] = Field(default_factory=list)
+
+
+class ExecRequest(Invocation):
+    """One call: a fresh container runs ``argv`` with ``stdin`` and the workspace as cwd,
+    in ``image`` under ``limits`` (the `Invocation` plus what the policy decided)."""
+
+    image: str
     limits: Limits = Field(default_factory=Limits)
     network: Literal["none", "egress"] = Field(
         "none", description="the container's network is always none; egress: through the "
