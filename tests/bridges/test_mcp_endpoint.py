@@ -150,3 +150,23 @@ def test_navi_mcp_stdio_bridges_a_stdio_client(server: Server,
     names, ran = asyncio.run(scenario())
     assert "code_exec" in names
     assert not ran.is_error and ran.content[0].text == "via-stdio\n"
+
+
+def test_navi_mcp_stdio_refuses_a_bad_token_or_session_at_once(
+        server: Server, account: tuple[str, str, str]) -> None:  # noqa: F811
+    """Checked through `runtime.client` before relaying: the API's answer on stderr, exit 1,
+    nothing on stdout (an MCP client reads only messages there)."""
+    import os
+    import subprocess
+    import sys
+
+    _, user, _ = account
+    root = Path(__file__).resolve().parents[2]
+    for token, extra, said in (("navi_nope", [], "401 unauthorized"),
+                               (user, ["--session", "ses_nosuchsession"], "404 not_found")):
+        run = subprocess.run(
+            [sys.executable, "-m", "runtime.cli", "mcp", "stdio", "--url", f"{server.url}/mcp",
+             *extra], env={**os.environ, "NAVI_TOKEN": token}, cwd=root, input=b"",
+            capture_output=True, timeout=60, check=False)
+        assert run.returncode == 1 and run.stdout == b"", run.stderr
+        assert said in run.stderr.decode(), run.stderr
