@@ -13,8 +13,7 @@ from typing import Annotated
 
 import typer
 
-from runtime.audit import AuditEntry, AuditLog, StateChange
-from runtime.commands.tokens import DataDirOpt, _database, _find_tenant, _run
+from runtime.commands.store_cli import DataDirOpt, audit_change, database_path, find_tenant, run
 from runtime.errors import NotFound
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore, check_secret_name
@@ -26,18 +25,11 @@ TenantOpt = Annotated[str, typer.Option("--tenant", help="Tenant name (or id).")
 
 async def _open(path: Path, tenant: str) -> tuple[Store, SecretStore, str]:
     store = await Store.open(path)
-    found = await _find_tenant(store, tenant)
+    found = await find_tenant(store, tenant)
     if found is None:
         await store.close()
         raise NotFound(f"no tenant {tenant!r}")
     return store, SecretStore(store, SecretBox.in_data_dir(path.parent)), found.id
-
-
-async def _audit(path: Path, tenant_id: str, action: StateChange, name: str) -> None:
-    async with AuditLog(path.parent) as audit:
-        await audit.append(AuditEntry(
-            kind="action", action=action, object=name, tenant=tenant_id,
-            user="cli", session="none", decision="allow", rule="cli.secrets"))
 
 
 @app.command("set")
@@ -46,23 +38,23 @@ def set_secret(name: str, tenant: TenantOpt, data_dir: DataDirOpt = None) -> Non
     check_secret_name(name)
     value = (sys.stdin.read() if not sys.stdin.isatty()
              else typer.prompt("value", hide_input=True)).rstrip("\n")
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> None:
         store, secrets, tenant_id = await _open(path, tenant)
         try:
-            await _audit(path, tenant_id, "secret.set", name)
+            await audit_change(path, tenant_id, "secret.set", name, rule="cli.secrets")
             await secrets.set(tenant_id, name, value)
         finally:
             await store.close()
-    _run(go())
+    run(go())
     typer.echo(f"secret {name} set for tenant {tenant}")
 
 
 @app.command("list")
 def list_secrets(tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
     """The names of TENANT's secrets (values are never shown)."""
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> list[str]:
         store, secrets, tenant_id = await _open(path, tenant)
@@ -70,7 +62,7 @@ def list_secrets(tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
             return [s["name"] for s in await secrets.names(tenant_id)]
         finally:
             await store.close()
-    for name in _run(go()):
+    for name in run(go()):
         typer.echo(name)
 
 
@@ -78,16 +70,16 @@ def list_secrets(tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
 def delete_secret(name: str, tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
     """Delete NAME of TENANT."""
     check_secret_name(name)
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> None:
         store, secrets, tenant_id = await _open(path, tenant)
         try:
             if name not in {s["name"] for s in await secrets.names(tenant_id)}:
                 raise NotFound(f"no secret named {name!r}")
-            await _audit(path, tenant_id, "secret.delete", name)
+            await audit_change(path, tenant_id, "secret.delete", name, rule="cli.secrets")
             await secrets.delete(tenant_id, name)
         finally:
             await store.close()
-    _run(go())
+    run(go())
     typer.echo(f"secret {name} deleted")

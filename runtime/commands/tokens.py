@@ -12,59 +12,21 @@ Like the API, each create and revoke is audited (``token.create``/``token.revoke
 
 from __future__ import annotations
 
-import asyncio
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from runtime.audit import AuditEntry, AuditLog, StateChange
-from runtime.config import Settings
-from runtime.errors import Forbidden, NaviError, NotFound
-from runtime.logging import configure_logging
-from runtime.store import MAX_EXPIRES_IN_S, ROLES, Store, Tenant, is_tenant_id, tokens
+from runtime.commands.store_cli import DataDirOpt, audit_change, database_path, find_tenant, run
+from runtime.errors import Forbidden, NotFound
+from runtime.store import MAX_EXPIRES_IN_S, ROLES, Store, tokens
 from runtime.store.ids import new_tenant_id, new_token_id
 from runtime.store.store import check_tenant_name
 
 app = typer.Typer(help="Create, list and revoke API tokens.", no_args_is_help=True)
 
-DataDirOpt = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Data directory (default: NAVI_DATA_DIR or ./data)."),
-]
+RULE = "cli.tokens"
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
-
-
-def _database(data_dir: Path | None) -> Path:
-    settings = Settings() if data_dir is None else Settings(data_dir=data_dir)
-    configure_logging(settings.log_format, "warning")
-    return settings.database_path
-
-
-def _run(coro: Any) -> Any:
-    try:
-        return asyncio.run(coro)
-    except NaviError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(2) from None
-
-
-async def _audit(database: Path, tenant_id: str, action: StateChange, obj: str,
-                 detail: str) -> None:
-    """Record the change in the data dir's audit log first (fail closed, like the API)."""
-    async with AuditLog(database.parent) as audit:
-        await audit.append(AuditEntry(
-            kind="action", action=action, object=obj, tenant=tenant_id, user="cli",
-            session="none", decision="allow", rule="cli.tokens", detail=detail))
-
-
-async def _find_tenant(store: Store, tenant: str) -> Tenant | None:
-    if is_tenant_id(tenant):
-        found = await store.get_tenant(tenant)
-        if found is not None:
-            return found
-    return await store.get_tenant_by_name(tenant)
 
 
 @app.command("create")
@@ -83,11 +45,11 @@ def create(
     if role not in ROLES:
         typer.echo(f"error: --role must be one of {', '.join(ROLES)}", err=True)
         raise typer.Exit(2)
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> dict[str, Any]:
         async with await Store.open(path) as store:
-            found = await _find_tenant(store, tenant)
+            found = await find_tenant(store, tenant)
             created = found is None
             if role == "admin" and await store.operator_tenant() not in (
                     None, found.id if found else None):
@@ -96,19 +58,21 @@ def create(
             if found is None:
                 check_tenant_name(tenant)
                 tenant_id = new_tenant_id()
-                await _audit(path, tenant_id, "tenant.create", tenant_id, f"name: {tenant}")
+                await audit_change(path, tenant_id, "tenant.create", tenant_id,
+                                   rule=RULE, detail=f"name: {tenant}")
                 found = await store.create_tenant(tenant, tenant_id=tenant_id)
             target = found
             expires_at = tokens.now() + expires_in if expires_in is not None else None
             token_id = new_token_id()
-            await _audit(path, target.id, "token.create", token_id, f"role: {role}")
+            await audit_change(path, target.id, "token.create", token_id, rule=RULE,
+                               detail=f"role: {role}")
             plaintext, record = await store.create_token(
                 target.id, role, name, expires_at=expires_at, token_id=token_id)
             return {"token": plaintext, "id": record.id, "role": record.role,
                     "name": record.name, "expires_at": record.expires_at,
                     "tenant_id": target.id, "tenant": target.name, "tenant_created": created}
 
-    out = _run(go())
+    out = run(go())
     if as_json:
         typer.echo(json.dumps(out))
         return
@@ -126,16 +90,16 @@ def list_tokens(
     as_json: JsonOpt = False,
 ) -> None:
     """List a tenant's tokens (ids and roles; never the tokens themselves)."""
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> list[dict[str, Any]]:
         async with await Store.open(path) as store:
-            found = await _find_tenant(store, tenant)
+            found = await find_tenant(store, tenant)
             if found is None:
                 raise NotFound(f"no tenant {tenant!r}")
             return [r.model_dump() for r in await store.list_tokens(found.id)]
 
-    rows = _run(go())
+    rows = run(go())
     if as_json:
         typer.echo(json.dumps(rows))
         return
@@ -152,18 +116,18 @@ def revoke(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Revoke a token by id."""
-    path = _database(data_dir)
+    path = database_path(data_dir)
 
     async def go() -> bool:
         async with await Store.open(path) as store:
             record = await store.get_token(token_id)
             if record is None or record.revoked_at is not None:
                 return False
-            await _audit(path, record.tenant_id, "token.revoke", token_id,
-                         f"role: {record.role}")
+            await audit_change(path, record.tenant_id, "token.revoke", token_id, rule=RULE,
+                               detail=f"role: {record.role}")
             return await store.revoke_token(token_id)
 
-    if not _run(go()):
+    if not run(go()):
         typer.echo(f"error: no live token {token_id!r}", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {token_id}", err=True)
