@@ -20,15 +20,20 @@ import structlog
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _escape(value: str) -> str:
+def escape_control(value: str) -> str:
+    """``value`` on one line with no terminal control: control characters (and line/paragraph
+    separators) as ``\\xNN``. For logs and for anything a command prints from its input."""
     return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+
+
+_escape = escape_control  # old name, for runtime/commands/exec_cmd.py until its rewrite lands
 
 
 def escape_control_chars(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     """Processor: no log injection, every string value printed on one line."""
-    return {k: _escape(v) if isinstance(v, str) else v for k, v in event_dict.items()}
+    return {k: escape_control(v) if isinstance(v, str) else v for k, v in event_dict.items()}
 
 
 _TOKENS = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+|\bnavi_[A-Za-z0-9_-]{20,}")

@@ -19,7 +19,7 @@ from runtime.audit.layout import DB_NAME, MIRROR_NAME
 from runtime.audit.verify import export_jsonl, verify_store
 from runtime.config import Settings
 from runtime.errors import NaviError
-from runtime.logging import _escape
+from runtime.logging import escape_control
 
 app = typer.Typer(help="Verify and export the audit log.", no_args_is_help=True)
 
@@ -32,7 +32,7 @@ def _data_dir(value: Path | None) -> Path:
     `--data-dir` is never reported as a verified, empty chain."""
     directory = value if value is not None else Settings().data_dir
     if not (directory / DB_NAME).is_file() and not (directory / MIRROR_NAME).is_file():
-        typer.echo(f"error: no audit log in {_escape(str(directory))} "
+        typer.echo(f"error: no audit log in {escape_control(str(directory))} "
                    "(set --data-dir or NAVI_DATA_DIR)", err=True)
         raise typer.Exit(2)
     return directory
@@ -51,7 +51,7 @@ def verify(
     try:
         report = verify_store(directory, public_key)
     except NaviError as exc:
-        typer.echo(f"error: {_escape(exc.message)}", err=True)
+        typer.echo(f"error: {escape_control(exc.message)}", err=True)
         raise typer.Exit(2) from None
     if as_json:
         typer.echo(report.model_dump_json())
@@ -62,7 +62,7 @@ def verify(
     else:
         where = (f"first bad record: seq {report.first_bad_seq}"
                  if report.first_bad_seq is not None else "audit store damaged")
-        typer.echo(f"FAILED: {where}: {_escape(report.reason or 'unknown')}", err=True)
+        typer.echo(f"FAILED: {where}: {escape_control(report.reason or 'unknown')}", err=True)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -105,7 +105,7 @@ def export(
             with output.open("w", encoding="ascii") as fh:
                 count = export_jsonl(directory, fh, since_seq=since_seq, since_ts=since_ts)
     except NaviError as exc:
-        typer.echo(f"error: {_escape(exc.message)}", err=True)
+        typer.echo(f"error: {escape_control(exc.message)}", err=True)
         raise typer.Exit(2) from None
     except OSError as exc:
         typer.echo(f"error: cannot write {output}: {exc.strerror}", err=True)

@@ -15,7 +15,7 @@ import typer
 from runtime.backup import BackupFile, Verified, backup_data_dir, restore_data_dir
 from runtime.config import Settings
 from runtime.errors import NaviError
-from runtime.logging import _escape
+from runtime.logging import escape_control
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="Data directory "
                                                "(default: NAVI_DATA_DIR or ./data).")]
@@ -27,24 +27,24 @@ def _data_dir(value: Path | None) -> Path:
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {_escape(message)}", err=True)
+    typer.echo(f"error: {escape_control(message)}", err=True)
     return typer.Exit(2)
 
 
 def _files(files: list[BackupFile]) -> None:
     width = max((len(f.path) for f in files), default=0)
     for f in files:
-        typer.echo(f"  {_escape(f.path):<{width}}  {f.bytes:>12,} bytes  {f.mode:04o}  "
+        typer.echo(f"  {escape_control(f.path):<{width}}  {f.bytes:>12,} bytes  {f.mode:04o}  "
                    f"{f.method}")
 
 
 def _verified(verified: Verified, where: Path) -> None:
     if verified.ok:
         typer.echo(f"verified: {verified.records} audit records "
-                   f"(navi audit verify --data-dir {_escape(str(where))})")
+                   f"(navi audit verify --data-dir {escape_control(str(where))})")
     else:
         typer.echo(f"FAILED verification: first bad record {verified.first_bad_seq}: "
-                   f"{_escape(verified.reason or 'unknown')}", err=True)
+                   f"{escape_control(verified.reason or 'unknown')}", err=True)
 
 
 def backup(
@@ -66,7 +66,8 @@ def backup(
     if as_json:
         typer.echo(manifest.model_dump_json())
     else:
-        typer.echo(f"backup of {_escape(str(source))} into {_escape(str(directory))}: "
+        typer.echo(f"backup of {escape_control(str(source))} "
+                   f"into {escape_control(str(directory))}: "
                    f"{len(manifest.files)} files, {manifest.total_bytes:,} bytes, "
                    f"{manifest.seconds:.2f} s (verifying the copy: "
                    f"{manifest.verify_seconds:.2f} s)")
@@ -107,11 +108,12 @@ def restore(
         typer.echo(report.model_dump_json())
     else:
         total = sum(f.bytes for f in report.files)
-        typer.echo(f"restored {_escape(str(directory))} into {_escape(report.data_dir)}: "
+        typer.echo(f"restored {escape_control(str(directory))} "
+                   f"into {escape_control(report.data_dir)}: "
                    f"{len(report.files)} files, {total:,} bytes, {report.seconds:.2f} s")
         _files(report.files)
         if report.moved_aside:
-            typer.echo(f"previous state moved aside into {_escape(report.moved_aside)}")
+            typer.echo(f"previous state moved aside into {escape_control(report.moved_aside)}")
         _verified(report.verified, target)
     if not report.verified.ok:
         raise typer.Exit(1)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, cast
 import typer
 
 from runtime.config import Settings
-from runtime.logging import _escape
+from runtime.logging import escape_control
 from runtime.policy import Action, PolicyEngine, PolicyFileError, Subject, load_policy
 from runtime.policy.decision import Role
 
@@ -47,7 +47,7 @@ def _load(path: Path) -> PolicyEngine:
         return PolicyEngine(load_policy(path))
     except PolicyFileError as exc:
         for line in exc.render().splitlines():
-            typer.echo(_escape(line), err=True)
+            typer.echo(escape_control(line), err=True)
         raise typer.Exit(2) from None
 
 
@@ -116,5 +116,5 @@ def explain(
                             f"/min, session disk {quotas.session_disk_mb} MiB, upload "
                             f"{quotas.upload_mb} MiB"))
     for key, value in lines:
-        typer.echo(f"{key + ':':9}{_escape(value)}")
+        typer.echo(f"{key + ':':9}{escape_control(value)}")
 
