@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Runtime = Literal["runc", "gvisor"]
+MessageRole = Literal["user", "assistant", "tool", "summary"]
 
 
 class Execution(BaseModel):
@@ -116,9 +117,11 @@ class CancelOut(BaseModel):
 
 
 class MessageOut(BaseModel):
+    """One row of a session's conversation (``runtime.agent.history`` stores exactly this)."""
+
     id: int
     turn_id: str
-    role: Literal["user", "assistant", "tool", "summary"]
+    role: MessageRole
     content: str
     thinking: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)

@@ -12,29 +12,20 @@ from __future__ import annotations
 import builtins
 import json
 import time
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from runtime.agent.caps import STORED_TEXT, STORED_THINKING, clip, clip_value
 from runtime.store import Store
+from runtime.wire import MessageOut, MessageRole
 
-MessageRole = Literal["user", "assistant", "tool", "summary"]
+__all__ = ["MAX_LIST", "MAX_META_CHARS", "MessageRole", "MessageStore", "StoredMessage"]
 MAX_META_CHARS = 16 * 1024
 MAX_LIST = 1000
 
 
-class StoredMessage(BaseModel):
-    id: int
-    turn_id: str
-    role: MessageRole
-    content: str
-    thinking: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    meta: dict[str, Any] = Field(default_factory=dict)
-    created_at: float
+class StoredMessage(MessageOut):
+    """A row of ``messages``: the API's ``MessageOut`` itself (the route answers rows as they
+    are), one definition for the store, the agent and the client."""
 
 
 _COLUMNS = ("id, turn_id, role, content, thinking, tool_calls, tool_call_id, tool_name, meta, "

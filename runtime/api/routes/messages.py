@@ -43,7 +43,7 @@ async def list_messages(
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
     rows = await services.agent_loop().history(services, record.id, after=after, limit=limit)
-    return [MessageOut(**row.model_dump()) for row in rows]
+    return list(rows)  # StoredMessage is a MessageOut
 
 
 @router.get("/{session_id}/turn", response_model=TurnOut)
