@@ -16,18 +16,8 @@ import httpx
 from ollama import AsyncClient, ResponseError
 from pydantic import ValidationError
 
+from runtime.agent.llm import types as llm
 from runtime.agent.llm.hosts import HostPool
-from runtime.agent.llm.types import (
-    ChatMessage,
-    ChatRequest,
-    Chunk,
-    Done,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallChunk,
-    ToolCallRequest,
-    Usage,
-)
 from runtime.errors import LLMError, LLMUnavailable
 from runtime.logging import get_logger
 
@@ -41,7 +31,7 @@ class _HostFailed(Exception):
     """Internal: this host is unusable for this request; try the next one."""
 
 
-def to_ollama_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def to_ollama_messages(messages: list[llm.ChatMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         item: dict[str, Any] = {"role": m.role, "content": m.content}
@@ -86,7 +76,7 @@ class OllamaBackend:
             await client.close()  # type: ignore[no-untyped-call]  # ollama's is unannotated
         self._clients.clear()
 
-    async def stream(self, request: ChatRequest) -> AsyncGenerator[Chunk, None]:
+    async def stream(self, request: llm.ChatRequest) -> AsyncGenerator[llm.Chunk, None]:
         problems: list[str] = []
         for host in self.pool.candidates():
             started = False
@@ -106,7 +96,7 @@ class OllamaBackend:
         raise LLMUnavailable("no Ollama host answered: " + "; ".join(problems)[:1500],
                              hosts=self.pool.hosts)
 
-    async def _stream_host(self, host: str, request: ChatRequest) -> AsyncIterator[Chunk]:
+    async def _stream_host(self, host: str, request: llm.ChatRequest) -> AsyncIterator[llm.Chunk]:
         think = None if (host, request.model) in self._no_think else request.think
         try:
             try:
@@ -127,7 +117,7 @@ class OllamaBackend:
             raise LLMError(f"Ollama at {host}: {str(exc.error)[:500]}",
                            status=exc.status_code) from None
 
-    async def _open(self, host: str, request: ChatRequest, think: bool | None
+    async def _open(self, host: str, request: llm.ChatRequest, think: bool | None
                     ) -> AsyncIterator[Any]:
         options: dict[str, Any] = {}
         if request.temperature is not None:
@@ -146,22 +136,22 @@ class OllamaBackend:
             raise _HostFailed(_describe(exc)) from None
         return _guard(stream)
 
-    async def _chunks(self, host: str, parts: AsyncIterator[Any]) -> AsyncIterator[Chunk]:
+    async def _chunks(self, host: str, parts: AsyncIterator[Any]) -> AsyncIterator[llm.Chunk]:
         counter = itertools.count(1)
         async for part in parts:
             message = part.message
             if message is not None:
                 if message.thinking:
-                    yield ThinkingDelta(message.thinking)
+                    yield llm.ThinkingDelta(message.thinking)
                 if message.content:
-                    yield TextDelta(message.content)
+                    yield llm.TextDelta(message.content)
                 for call in message.tool_calls or ():
-                    yield ToolCallChunk(ToolCallRequest.parsed(
+                    yield llm.ToolCallChunk(llm.ToolCallRequest.parsed(
                         f"call_{next(counter)}", str(call.function.name), call.function.arguments))
             if part.done:
-                yield Done(usage=Usage(prompt_tokens=part.prompt_eval_count or 0,
-                                       completion_tokens=part.eval_count or 0),
-                           reason=part.done_reason, served_by=host)
+                usage = llm.Usage(prompt_tokens=part.prompt_eval_count or 0,
+                                  completion_tokens=part.eval_count or 0)
+                yield llm.Done(usage=usage, reason=part.done_reason, served_by=host)
                 return
         raise LLMError(f"Ollama at {host} ended the answer without finishing it")
 
