@@ -120,6 +120,7 @@ class Paths:
         self.limits = LIMITS.model_copy(update={"runtime": runtime})
         self.data_dir = Path(tempfile.mkdtemp(prefix="navi-bench-"))
         self.instance_id = f"navi-bench-{uuid.uuid4().hex[:12]}"
+        self.tenant = "local"  # the backend's cgroup parent is /navi/<tenant>
         self.root = self.data_dir / "workspaces"
         self.root.mkdir()
         config = DockerBackendConfig(
@@ -142,6 +143,7 @@ class Paths:
         request = ExecRequest(
             image=self.image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
             session=session, workspace=self.workspace(session), limits=self.limits,
+            tenant=self.tenant,
         )  # fmt: skip
         result = await backend.run(request)
         if result.stdout != b"1\n":

@@ -1,0 +1,43 @@
+"""`navi bench engine` on a real engine, a few calls per path: every component is there, what
+must cost CPU does, every call's container was counted start to end, and the totals are the
+sums of their parts (the JSON and the printed table)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.engine_bench import COMPONENTS, ENGINE
+from runtime.commands.bench import app
+
+pytestmark = pytest.mark.docker
+CALLS = 3
+
+
+def test_bench_engine_accounts_every_component_of_cold_and_warm_calls(tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["engine", "--calls", str(CALLS), "--paths", "cold,warm",
+                                    "--out", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    [path] = tmp_path.glob("engine-*.json")
+    result = json.loads(path.read_text())
+    assert result["leftover_containers"] == 0
+    assert set(result["paths"]) == {"cold", "warm"}
+    cores = os.cpu_count() or 1
+    for name, row in result["paths"].items():
+        ms = row["cpu_ms_per_call"]
+        assert set(ms) == set(COMPONENTS), name
+        for component in COMPONENTS:  # each does work for every call, none is free
+            assert ms[component] > 0, (name, component, row)
+        assert row["shims"] == {"started": CALLS, "exited": CALLS, "not_final": 0}, (name, row)
+        engine = sum(ms[k] for k in ENGINE)
+        assert row["engine_ms_per_call"] == pytest.approx(engine, abs=0.05), (name, row)
+        total = engine + ms["container"] + ms["supervisor"]
+        assert row["total_ms_per_call"] == pytest.approx(total, abs=0.05), (name, row)
+        assert row["ceiling_calls_per_s"] == pytest.approx(cores * 1000 / total, abs=0.1)
+        assert row["machine_busy_ms_per_call"] > 0
+        assert f" {name} " in f" {done.output} "
+    assert result["paths"]["warm"]["served_warm"] == f"{CALLS}/{CALLS}"
