@@ -9,7 +9,7 @@ import time
 import pytest
 
 from runtime.errors import InvalidInput
-from tests.docker.test_tools_exec import Rig, rig, runner_image  # noqa: F401
+from tests.docker.test_tools_exec import Rig, rig  # noqa: F401 - `rig`: the fixture
 from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
