@@ -65,15 +65,13 @@ cancellation).
 from runtime.executor.core import Executor
 from runtime.executor.outcome import (
     EXEC_ID,
-    REDACTED,
     Approver,
     ExecOutcome,
     Invocation,
     InvocationFor,
-    SecretSource,
     new_exec_id,
-    redact,
 )
+from runtime.executor.recorder import REDACTED, SecretSource, redact
 
 __all__ = ["EXEC_ID", "REDACTED", "Approver", "ExecOutcome", "Executor", "Invocation",
            "InvocationFor", "SecretSource", "new_exec_id", "redact"]

@@ -10,6 +10,7 @@ refusal is audited before it is raised, unless its tenant is past its refusal ra
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.audit.records import AuditEntry, digest_json
@@ -22,16 +23,18 @@ from runtime.policy.engine import PolicyEngine
 from runtime.policy.quota import QuotaExceededFor, QuotaSlot, QuotaTracker
 
 
+@dataclass
 class Admission:
-    def __init__(self, *, engine: PolicyEngine, audit: AuditLog, approver: Approver | None,
-                 quotas: QuotaTracker, refusals: RefusalLimiter) -> None:
-        self.engine = engine
-        self.audit = audit
-        self.approver = approver
-        self.quotas = quotas
-        self.refusals = refusals
-        self._used: set[tuple[str, str]] = set()
-        self._approved_hash: dict[tuple[str, str], str] = {}
+    """Admits one call at a time for an `Executor` (whose engine, audit log and default
+    approver these are), remembering per tenant and tool what was used and approved."""
+
+    engine: PolicyEngine
+    audit: AuditLog
+    approver: Approver | None
+    quotas: QuotaTracker
+    refusals: RefusalLimiter
+    _used: set[tuple[str, str]] = field(default_factory=set)
+    _approved_hash: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def base(self, subject: Subject, action: Action, exec_id: str | None) -> dict[str, Any]:
         """The fields every audit record of this call carries."""

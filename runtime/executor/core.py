@@ -17,15 +17,14 @@ from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.executor.admission import Admission
 from runtime.executor.outcome import (
-    EXEC_ID,
     Approver,
     ExecOutcome,
     Invocation,
     InvocationFor,
-    SecretSource,
     new_exec_id,
+    valid_exec_id,
 )
-from runtime.executor.recorder import Recorder
+from runtime.executor.recorder import Recorder, SecretSource
 from runtime.logging import get_logger
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
@@ -62,7 +61,7 @@ class Executor:
         """Admit, decide, audit the intent, run, audit the outcome. ``invocation`` may be a
         function of the decision (a job that carries its grant: the web fetcher's allowlist)."""
         exec_id = exec_id or new_exec_id()
-        if not EXEC_ID.fullmatch(exec_id) or exec_id in self.recorder.running:
+        if not valid_exec_id(exec_id) or exec_id in self.recorder.running:
             raise ValueError(f"bad or duplicate exec_id {exec_id!r}")
         gate = self.admission
         action = gate.with_memory(subject, action)

@@ -1,8 +1,8 @@
 """The Executor's typed vocabulary: what a caller hands it and what it answers.
 
 `Invocation` (what a tool runs; `runtime.sandbox.models`), an `InvocationFor` built from the
-decision, the `Approver` that resolves a policy `ask`, the `SecretSource` behind granted
-secrets, and `ExecOutcome`: the run's result with the decision and audit seqs behind it.
+decision, the `Approver` that resolves a policy `ask`, exec ids, and `ExecOutcome`: the
+run's result with the decision and audit seqs behind it.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import functools
 import re
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.sandbox.models import ExecResult, Execution, Invocation
 
-__all__ = ["EXEC_ID", "REDACTED", "Approver", "ExecOutcome", "Invocation", "InvocationFor",
-           "SecretSource", "new_exec_id", "redact"]
+__all__ = ["EXEC_ID", "Approver", "ExecOutcome", "Invocation", "InvocationFor", "new_exec_id",
+           "valid_exec_id"]
 
 # An approver answers truthy to approve; its answer may carry `decided_by` for the audit.
 Approver = Callable[[Subject, Action, Decision], Awaitable[Any]]
@@ -33,22 +33,8 @@ def new_exec_id() -> str:
     return "ex_" + secrets.token_hex(12)
 
 
-class SecretSource(Protocol):
-    async def values(self, tenant_id: str, names: list[str]) -> dict[str, str]: ...
-
-
-REDACTED = b"[secret]"
-
-
-def redact(result: ExecResult, values: list[str]) -> ExecResult:
-    """The result with every secret value in its output replaced (live output already
-    streamed is the tool's own: see README, "Secrets for tools")."""
-    out, err = result.stdout, result.stderr
-    for value in sorted(values, key=len, reverse=True):
-        raw = value.encode("utf-8")
-        if raw:
-            out, err = out.replace(raw, REDACTED), err.replace(raw, REDACTED)
-    return result.model_copy(update={"stdout": out, "stderr": err})
+def valid_exec_id(exec_id: str) -> bool:
+    return EXEC_ID.fullmatch(exec_id) is not None
 
 
 class ExecOutcome(BaseModel):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.audit.records import AuditEntry, sha256_hex
 from runtime.audit.store import AuditLog
 from runtime.errors import NaviError
-from runtime.executor.outcome import ExecOutcome, Invocation, SecretSource, redact
+from runtime.executor.outcome import ExecOutcome, Invocation
 from runtime.logging import after_this_step, get_logger
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.sandbox.backend import OutputCallback, SandboxBackend, StartGate
@@ -27,6 +27,24 @@ log = get_logger("runtime.executor")
 
 Deny = Callable[[dict[str, Any], str, str], Awaitable[None]]
 """`Admission.deny`: audit a refusal, then raise `PolicyDenied`."""
+
+
+class SecretSource(Protocol):
+    async def values(self, tenant_id: str, names: list[str]) -> dict[str, str]: ...
+
+
+REDACTED = b"[secret]"
+
+
+def redact(result: ExecResult, values: list[str]) -> ExecResult:
+    """The result with every secret value in its output replaced (live output already
+    streamed is the tool's own: see README, "Secrets for tools")."""
+    out, err = result.stdout, result.stderr
+    for value in sorted(values, key=len, reverse=True):
+        raw = value.encode("utf-8")
+        if raw:
+            out, err = out.replace(raw, REDACTED), err.replace(raw, REDACTED)
+    return result.model_copy(update={"stdout": out, "stderr": err})
 
 
 class Recorder:

@@ -140,3 +140,20 @@ def test_bad_arguments_are_a_usage_error(data_dir: Path, image_prefix: str) -> N
                      "--arg", "code=1", tenant="t")
     assert done.returncode == 2 and "language" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_bad_arguments_for_a_denied_tool_answer_the_denial(
+    data_dir: Path, image_prefix: str, docker_api: docker.APIClient
+) -> None:
+    """`navi exec` runs through the API's call service: arguments a denied tool would refuse
+    are answered as the API answers them, policy first (the denial, audited), not as a usage
+    error."""
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    start = time.time()
+    done = navi_exec(data_dir, image_prefix, "--tool", "code_exec", "--arg", "language=perl",
+                     "--profile", "secretary", "--json", tenant=tenant)
+    assert done.returncode == 126, done.stderr
+    assert json.loads(done.stdout)["error"]["rule"] == "profiles.secretary.deny[group:exec]"
+    assert created(docker_api, tenant, start) == []
+    assert [(r["kind"], r["rule"]) for r in records(data_dir)] == [
+        ("denied", "profiles.secretary.deny[group:exec]")]

@@ -45,6 +45,22 @@ async def test_a_call_returns_its_typed_execution_and_publishes_its_events(
     assert end["rule"] and "turn_id" not in end and ok == 1
 
 
+async def test_a_tool_that_runs_no_code_is_handed_and_reports_the_rule_that_allowed_it(
+        tmp_path: Path) -> None:
+    """`ToolRegistry.run` decides a tool that runs no code and hands it a context naming the
+    rule (its audited change carries it); the `ToolOutcome`'s rule reaches `tool_result`.
+    Nothing is written back into the caller's context: it carries inputs only."""
+    async with AgentHarness(tmp_path) as h:
+        result = await h.services.calls(h.subject, CallRequest(
+            tool="todo", args={"action": "add", "title": "ship it"}))
+        events = [e.as_json() for e in h.bus.replay]
+        actions = [r for r in await h.audit() if r["kind"] == "action"]
+    end = events[-1]
+    assert result.success and result.execution is None and end["type"] == "tool_result"
+    assert end["rule"] and end["rule"] != "none"
+    assert [(a["action"], a["rule"]) for a in actions] == [("note.write", end["rule"])]
+
+
 async def test_an_announced_call_gets_one_result_even_when_refused(tmp_path: Path) -> None:
     async with AgentHarness(tmp_path) as h:
         origin = CallOrigin(turn_id="tu_1", call_id="tu_1_1_1", iteration=1)
