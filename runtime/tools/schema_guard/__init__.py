@@ -30,8 +30,8 @@ time (`check_schema_cost`, raising `UnsafeSchema`) and runs validation itself un
   bounded whatever the product of schema and instance; `uniqueItems` is linear (hashing a
   canonical form) instead of jsonschema's quadratic fallback; only the first few errors are
   collected. Callers on the event loop run `validate_instance` in a thread
-  (`ToolRegistry.invoke`, `test_tool`): a CPU-bound thread still lets the loop take the GIL
-  every few milliseconds, and the deadline frees the thread.
+  (`ToolRegistry.off_loop`, for `SessionToolCall` and `test_tool`): a CPU-bound thread still
+  lets the loop take the GIL every few milliseconds, and the deadline frees the thread.
 
 One module a job: `limits` (the bounds, the errors), `keywords` (refused keywords, the
 document walk), `refs` (local pointers, the expansion count), `validation` (call time);
