@@ -91,6 +91,17 @@ async def test_a_live_instance_is_never_closed_by_another(tmp_path: Path) -> Non
     assert verify_store(tmp_path).ok
 
 
+async def test_a_restart_under_the_same_instance_id_closes_its_own_open_intents(
+        tmp_path: Path) -> None:
+    """We hold our own instance lock while recovering: its intents are from the dead run."""
+    async with AuditLog(tmp_path, instance="srv") as log:
+        await log.append(entry(1))
+    async with AuditLog(tmp_path, instance="srv") as log:
+        closed = await log.records(kind="interrupted")
+        assert [(r.exec_id, r.instance) for r in closed] == [("e1", "srv")]
+    assert verify_store(tmp_path).ok
+
+
 async def test_same_instance_twice_is_refused(tmp_path: Path) -> None:
     async with AuditLog(tmp_path, instance="dup"):
         with pytest.raises(ConfigError, match="another process"):
