@@ -172,6 +172,7 @@ async def test_openai_assembles_streamed_tool_calls_and_reasoning() -> None:
         ("call_fake_0", "code_exec", {"language": "python", "code": "print('x' * 3)"}),
         ("call_fake_1", "terminal", {"command": "ls -la"})]
     assert isinstance(chunks[-1], Done) and chunks[-1].usage.prompt_tokens == 11
+    assert chunks[-1].reason == "tool_calls"
     assert window == 16384
     sent = fake.model.requests[0]
     assert sent["stream"] is True and sent["tools"][0]["function"]["name"] == "code_exec"
