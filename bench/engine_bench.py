@@ -64,8 +64,8 @@ def breakdown(tracker: ShimTracker, begin: Snapshot, end: Snapshot, calls: int,
     runc/runsc is what the shims reaped minus what of the container reached them: all of
     its cgroup when its processes end on their own; when the container is removed while its
     runner still lingers (``removed_running``, warm) the kernel reaps the namespace's
-    processes itself (their time reaches no one) and only the init's own time (tini; under
-    gVisor the sandbox and the gofer), read by the tracker while it idled, reaches the shim."""
+    processes itself (their time reaches no one) and only the init's own time (tini), read
+    by the tracker while it idled, reaches the shim."""
     shims = shim_window(tracker, begin, end)
     container = end.cgroup_s - begin.cgroup_s
     reached = shims["kids_reaped_s"] if removed_running else container
@@ -165,7 +165,11 @@ class PathRun:
             await self.call()
         await self.settle(tracker)
         end = snapshot(tracker, daemons, self.cgroup)
-        out = breakdown(tracker, begin, end, calls, cores, removed_running=self.kind == "warm")
+        # under gVisor the sandbox is no idle tini: its teardown after the kill reaches the shim
+        # too, so its samples would count it twice; the cgroup gives runsc a lower bound there
+        removed_running = self.kind == "warm" and self.tier == "runc"
+        out = breakdown(tracker, begin, end, calls, cores, removed_running)
+        out["runc_from"] = "sampled_inits" if removed_running else "container_cgroup"
         idle = breakdown(tracker, idle_b, idle_e, 1, cores)["cpu_ms_per_call"]
         out["idle_ms_per_s"] = {  # the daemons with no call of ours (others' work included)
             k: round(idle[k] / (idle_e.at - idle_b.at), 2) for k in ("dockerd", "containerd")}
