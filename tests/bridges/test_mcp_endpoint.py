@@ -17,10 +17,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.test_mcp_servers import POLICY, account  # noqa: F401 - `account`: fixture
 
 pytestmark = pytest.mark.docker
-
-POLICY = Path(__file__).resolve().parents[1] / "e2e" / "policies" / "mcp_servers.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +28,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                        extra_env={"NAVI_EMBEDDED_MODEL": "off"})
     yield srv
     stop_server(srv)
-
-
-@pytest.fixture(scope="module")
-def account(server: Server) -> tuple[str, str, str]:
-    tenant, user = server.tenant_with_user()
-    return tenant, user, server.token_for(tenant, "auditor")
 
 
 @asynccontextmanager
@@ -63,7 +56,7 @@ def test_no_token_or_a_bad_one_is_401(server: Server) -> None:
 
 
 def test_tools_calls_resources_and_the_audit(server: Server,
-                                             account: tuple[str, str, str]) -> None:
+                                             account: tuple[str, str, str]) -> None:  # noqa: F811
     _, user, auditor = account
 
     async def scenario() -> dict[str, Any]:
@@ -108,7 +101,7 @@ def test_tools_calls_resources_and_the_audit(server: Server,
 
 
 def test_x_navi_session_names_the_session_and_must_be_the_tenant_s(
-        server: Server, account: tuple[str, str, str]) -> None:
+        server: Server, account: tuple[str, str, str]) -> None:  # noqa: F811
     _, user, _ = account
     _, stranger = server.tenant_with_user()
     with server.client(user) as client:
@@ -128,7 +121,7 @@ def test_x_navi_session_names_the_session_and_must_be_the_tenant_s(
 
 
 def test_navi_mcp_stdio_bridges_a_stdio_client(server: Server,
-                                               account: tuple[str, str, str]) -> None:
+                                               account: tuple[str, str, str]) -> None:  # noqa: F811
     import os
     import sys
 

@@ -1,4 +1,5 @@
-"""A real `navi serve` process on loopback, with its own data dir and admin token."""
+"""A real `navi serve` process on loopback, with its own data dir and admin token; the fake
+Ollama its agent tests talk to (`ollama`, one per module)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.fakes.ollama import FakeOllama
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,6 +126,12 @@ def stop_server(server: Server) -> None:
             server.ended = "did not stop on SIGTERM in 20 s (stacks in its log)"
     if server.log_file is not None:
         server.log_file.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def ollama() -> Iterator[FakeOllama]:
+    with FakeOllama() as fake:
+        yield fake  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")

@@ -30,12 +30,6 @@ def closed_port_url() -> str:
 
 
 @pytest.fixture(scope="module")
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
-
-
-@pytest.fixture(scope="module")
 def down_host() -> str:
     return closed_port_url()
 

@@ -95,12 +95,6 @@ def weather() -> Iterator[WeatherApi]:
 
 
 @pytest.fixture(scope="module")
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, ollama: FakeOllama,
            weather: WeatherApi) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("workday")

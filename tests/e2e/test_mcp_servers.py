@@ -33,12 +33,6 @@ system_prompt: You are the test agent.
 
 
 @pytest.fixture(scope="module")
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, ollama: FakeOllama) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("mcp")
     profiles = tmp / "profiles"

@@ -37,6 +37,15 @@ def strict_server(tmp: Path) -> Server:
     return start_server(tmp, policy, extra_env={"NAVI_DISK_OVERCOMMIT": "1"})
 
 
+def restart(srv: Server, tmp_path: Path) -> Server:
+    """A new server on the data dir and admin token of ``srv`` (killed: it left what it left)."""
+    (tmp_path / "again").mkdir()
+    return start_server(tmp_path / "again", tmp_path / "policy.yaml",
+                        extra_env={"NAVI_DATA_DIR": str(srv.data_dir),
+                                   "NAVI_ADMIN_TOKEN": srv.admin_token,
+                                   "NAVI_DISK_OVERCOMMIT": "1"})
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = strict_server(tmp_path_factory.mktemp("tenancy-disk"))
@@ -177,11 +186,7 @@ def test_no_mount_outlives_a_killed_supervisor(tmp_path: Path) -> None:
         assert mounts_under(srv.data_dir) == []  # the guard released them
     finally:
         stop_server(srv)
-    (tmp_path / "again").mkdir()
-    again = start_server(tmp_path / "again", tmp_path / "policy.yaml",
-                         extra_env={"NAVI_DATA_DIR": str(srv.data_dir),
-                                    "NAVI_ADMIN_TOKEN": srv.admin_token,
-                                    "NAVI_DISK_OVERCOMMIT": "1"})
+    again = restart(srv, tmp_path)
     try:
         with again.client(token) as client:  # same data dir: the session still works
             assert run(client, session, "cat f")["stdout"] == "kept\n"
@@ -208,11 +213,7 @@ def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
         assert left  # nothing released them
     finally:
         stop_server(srv)
-    (tmp_path / "again").mkdir()
-    again = start_server(tmp_path / "again", tmp_path / "policy.yaml",
-                         extra_env={"NAVI_DATA_DIR": str(srv.data_dir),
-                                    "NAVI_ADMIN_TOKEN": srv.admin_token,
-                                    "NAVI_DISK_OVERCOMMIT": "1"})
+    again = restart(srv, tmp_path)
     try:
         # released at start-up: only the new instance's own root bind mount (once, not
         # stacked on the old one), no session disk until the session is used

@@ -20,6 +20,7 @@ import pytest
 
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.tenancy.health_probe import HealthProbe
+from tests.unit.test_schema_guard import chain
 
 pytestmark = pytest.mark.docker
 
@@ -29,15 +30,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("tenancy-loop"))
     yield srv
     stop_server(srv)
-
-
-def chain(depth: int) -> dict[str, Any]:
-    defs: dict[str, Any] = {
-        f"a{i}": {"allOf": [{"$ref": f"#/$defs/a{i + 1}"}, {"$ref": f"#/$defs/a{i + 1}"}]}
-        for i in range(depth)
-    }
-    defs[f"a{depth}"] = {"type": "string"}
-    return {"type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}, "$defs": defs}
 
 
 def tool_code(name: str, parameters: dict[str, Any]) -> str:
