@@ -165,9 +165,14 @@ class ShimTracker:
             self.cpu_s = time.thread_time()
             self._stop.wait(self.interval_s)
 
-    def _orphans(self) -> set[int]:
+    def _children(self, pid: int) -> set[int]:
+        """Every thread's children (an orphan goes to whichever thread of the reaper)."""
         pids: set[int] = set()
-        for task in (self.proc / "1" / "task").iterdir():
+        try:
+            tasks = list((self.proc / str(pid) / "task").iterdir())
+        except OSError:
+            return pids
+        for task in tasks:
             try:
                 pids.update(int(p) for p in (task / "children").read_text().split())
             except OSError:
@@ -178,7 +183,7 @@ class ShimTracker:
         with self._lock:
             self.ticks += 1
             live = {key[0] for key, shim in self.shims.items() if not shim.gone}
-            for pid in self._orphans() - live:
+            for pid in self._children(1) - live:
                 self._discover(pid)
             for shim in self.shims.values():
                 if shim.gone:
@@ -202,13 +207,7 @@ class ShimTracker:
     def _sample_kids(self, shim: Shim) -> None:
         assert shim.first is not None
         key = (shim.pid, shim.first.start)
-        pids: set[int] = set()
-        for task in (self.proc / str(shim.pid) / "task").iterdir():
-            try:
-                pids.update(int(p) for p in (task / "children").read_text().split())
-            except OSError:
-                continue
-        for pid in pids:
+        for pid in self._children(shim.pid):
             times = read_times(pid, self.proc)
             if times is None:
                 continue
