@@ -1,5 +1,6 @@
 """A real headless Chromium (Debian's `chromium`, driven by Playwright) against a real
-`navi serve` on loopback, with the fake Ollama answering the agent.
+`navi serve` on loopback, with the fake Ollama answering the agent (`ollama`, from
+tests/e2e/conftest).
 
 Every test gets a fresh browser context; its page errors, CSP violations and failed script
 loads fail the test, and a screenshot of the final state is saved under
@@ -18,7 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.browser.ui import ARTIFACTS
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import (  # noqa: F401 - `ollama`: the fixture, used by name
+    Server,
+    ollama,
+    start_server,
+    stop_server,
+)
 from tests.fakes.ollama import FakeOllama
 
 CHROMIUM = os.environ.get("NAVI_CHROMIUM", "/usr/bin/chromium")
@@ -57,13 +63,8 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture(scope="module")
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, ollama: FakeOllama) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory,
+           ollama: FakeOllama) -> Iterator[Server]:  # noqa: F811
     srv = start_server(tmp_path_factory.mktemp("web"), policy=POLICY, extra_env={
         "NAVI_OLLAMA_HOST": ollama.url, "NAVI_MODEL": "gemma3:270m",
         "NAVI_OPENAI_BASE_URL": ""})
