@@ -68,13 +68,15 @@ class AsyncNaviClient(Endpoints):
                         return
             raise ended_early()
 
-    async def events(self, session: str, last_event_id: int | None = None
-                     ) -> AsyncIterator[Event]:
+    async def events(self, session: str, last_event_id: int | None = None,
+                     read_timeout: float | None = None) -> AsyncIterator[Event]:
         """The session's events as they happen; with `last_event_id` (an event's `id`), only
-        those after it (what a reconnecting reader missed is replayed first)."""
+        those after it (what a reconnecting reader missed is replayed first). The server
+        sends a keep-alive every 15 s: `read_timeout` (seconds) above that only ends a dead
+        connection (`httpx.ReadTimeout`); None waits for ever."""
         async with self.http.stream("GET", f"/v1/sessions/{seg(session)}/events",
                                     headers=config.last_event_headers(last_event_id),
-                                    timeout=config.STREAM_TIMEOUT) as resp:
+                                    timeout=config.stream_timeout(read_timeout)) as resp:
             await _raise_for(resp)
             decoder = SSEDecoder()
             async for line in resp.aiter_lines():

@@ -14,6 +14,10 @@ TIMEOUT = httpx.Timeout(600.0, connect=30.0)  # an exec may run for minutes
 STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)  # an event stream is quiet for as long as it is
 
 
+def stream_timeout(read: float | None) -> httpx.Timeout:
+    return STREAM_TIMEOUT if read is None else httpx.Timeout(30.0, read=read)
+
+
 def base_url(url: str | None) -> str:
     url = (url or os.environ.get("NAVI_URL", "")).rstrip("/")
     if not url.startswith(("http://", "https://")):

@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import yaml
@@ -129,7 +129,9 @@ def test_events_with_resume(navi: NaviClient) -> None:
     navi.exec(session, "terminal", {"command": "echo one"})
     navi.exec(session, "terminal", {"command": "echo two"})
     seen: list[Event] = []
-    for event in navi.events(session, last_event_id=0):  # everything kept, from the start
+    # everything kept, from the start (a read timeout below the 15 s keep-alive: a test that
+    # waits for an event that never comes fails instead of hanging)
+    for event in navi.events(session, last_event_id=0, read_timeout=10):
         seen.append(event)
         if event.type == "tool_result" and event.get("stdout") == "two\n":
             break
@@ -140,7 +142,7 @@ def test_events_with_resume(navi: NaviClient) -> None:
     first_result = next(e for e in seen if e.type == "tool_result")
     assert first_result["stdout"] == "one\n"
     resumed = []
-    for event in navi.events(session, last_event_id=first_result.id):
+    for event in navi.events(session, last_event_id=first_result.id, read_timeout=10):
         resumed.append(event)
         if event.id == seen[-1].id:
             break
@@ -198,7 +200,7 @@ def test_messages_start_a_turn_whose_events_stream(navi: NaviClient) -> None:
     session = navi.create_session().id
     turn = navi.post_message(session, "hello")
     assert turn.session == session
-    for event in navi.events(session, last_event_id=0):
+    for event in navi.events(session, last_event_id=0, read_timeout=10):
         if event.get("turn_id") == turn.turn_id and event.type in ("error", "stream_end"):
             break
     assert [m.role for m in navi.list_messages(session)][:1] == ["user"]
@@ -217,12 +219,13 @@ def test_the_async_client(server: Server, account: tuple[str, str]) -> None:
             assert all(isinstance(i, ExecChunk) for i in items[:-1])
             assert await navi.get_file(session, "in.txt") == b"5\n"
             events = []
-            async for event in navi.events(session, last_event_id=0):
+            async for event in navi.events(session, last_event_id=0, read_timeout=10):
                 events.append(event)
                 if event.type == "tool_result":
                     break
             assert events[-1].get("exec_id") == result.exec_id
-            later = [e async for e in _first(navi.events(session, last_event_id=events[0].id))]
+            later = [e async for e in _first(
+                navi.events(session, last_event_id=events[0].id, read_timeout=10))]
             assert later == events[1:2]
             with pytest.raises(PolicyDeniedError) as denied:
                 secretary = (await navi.create_session(profile="secretary")).id
@@ -235,8 +238,8 @@ def test_the_async_client(server: Server, account: tuple[str, str]) -> None:
     asyncio.run(scenario())
 
 
-async def _first(events: object) -> object:  # one event, then stop reading
-    async for event in events:  # type: ignore[attr-defined]
+async def _first(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async for event in events:  # one event, then stop reading
         yield event
         return
 
