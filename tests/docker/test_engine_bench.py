@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import docker
 import pytest
 from typer.testing import CliRunner
 
@@ -18,14 +19,19 @@ pytestmark = pytest.mark.docker
 CALLS = 3
 
 
-def test_bench_engine_accounts_every_component_of_cold_and_warm_calls(tmp_path: Path) -> None:
-    done = CliRunner().invoke(app, ["engine", "--calls", str(CALLS), "--paths", "cold,warm",
+@pytest.mark.parametrize("paths", [("cold", "warm"), ("gvisor_cold", "gvisor_warm")])
+def test_bench_engine_accounts_every_component_of_each_path(
+    tmp_path: Path, docker_api: docker.APIClient, paths: tuple[str, ...],
+) -> None:
+    if paths[0].startswith("gvisor") and "runsc" not in docker_api.info().get("Runtimes", {}):
+        pytest.skip("gVisor (runsc) is not registered with this engine")
+    done = CliRunner().invoke(app, ["engine", "--calls", str(CALLS), "--paths", ",".join(paths),
                                     "--out", str(tmp_path)])
     assert done.exit_code == 0, done.output
     [path] = tmp_path.glob("engine-*.json")
     result = json.loads(path.read_text())
     assert result["leftover_containers"] == 0
-    assert set(result["paths"]) == {"cold", "warm"}
+    assert set(result["paths"]) == set(paths)
     cores = os.cpu_count() or 1
     for name, row in result["paths"].items():
         ms = row["cpu_ms_per_call"]
@@ -40,4 +46,5 @@ def test_bench_engine_accounts_every_component_of_cold_and_warm_calls(tmp_path: 
         assert row["ceiling_calls_per_s"] == pytest.approx(cores * 1000 / total, abs=0.1)
         assert row["machine_busy_ms_per_call"] > 0
         assert f" {name} " in f" {done.output} "
-    assert result["paths"]["warm"]["served_warm"] == f"{CALLS}/{CALLS}"
+        if name.endswith("warm"):
+            assert row["served_warm"] == f"{CALLS}/{CALLS}"
