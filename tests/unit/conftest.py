@@ -1,14 +1,16 @@
 """Fixtures the unit tests share: the opened tools of a data dir (`services`, from
-tests/fakes/tool_rigs) and a real audit log on disk (`audit`)."""
+tests/fakes/tool_rigs), a real audit log on disk (`audit`) and a fake Ollama on loopback, fresh
+for each test (`ollama`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.audit import AuditLog
+from tests.fakes.ollama import FakeOllama
 from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name
 
 
@@ -18,3 +20,9 @@ async def audit(tmp_path: Path) -> AsyncIterator[AuditLog]:
     await log.open()
     yield log
     await log.close()
+
+
+@pytest.fixture
+def ollama() -> Iterator[FakeOllama]:
+    with FakeOllama() as fake:
+        yield fake  # type: ignore[misc]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -46,12 +45,6 @@ def request(model: str = MODEL, think: bool | None = None) -> ChatRequest:
 
 async def collect(backend: object, req: ChatRequest) -> list[object]:
     return [chunk async for chunk in backend.stream(req)]  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 class Clock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,6 @@ from runtime.policy.engine import PolicyEngine
 from tests.fakes.agent_harness import AgentHarness
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Reply
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 def small_window_profiles(tmp: Path, window: int = 1024) -> Path:

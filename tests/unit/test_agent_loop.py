@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +16,6 @@ from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
 
 PY = {"language": "python", "code": "print(6 * 7)"}
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 def tool_messages(request: dict) -> list[dict]:

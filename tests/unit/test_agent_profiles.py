@@ -4,22 +4,13 @@ the next step offers the new profile's tools only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from tests.fakes.agent_harness import AgentHarness
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 def offered(request: dict[str, Any]) -> set[str]:

@@ -6,7 +6,6 @@ cancelling the parent stops it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,6 @@ from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
 
 PY = {"language": "python", "code": "print(6 * 7)"}
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 async def test_a_sub_agent_answers_and_its_calls_name_the_parent_turn(

@@ -8,22 +8,13 @@ and so does its parent."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from runtime.events import Event
 from tests.fakes.agent_harness import AgentHarness
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
-
-
-@pytest.fixture
-def ollama() -> Iterator[FakeOllama]:
-    with FakeOllama() as fake:
-        yield fake  # type: ignore[misc]
 
 
 def busy_model(ollama: FakeOllama, calls_per_step: int) -> None:
