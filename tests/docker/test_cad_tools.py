@@ -24,7 +24,7 @@ import pytest
 
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.images import image_ref
-from tests.docker.tool_rig import DockerToolRig, docker_tool_rig
+from tests.docker.tool_rig import DockerToolRig, docker_tool_rig, present_image
 from tests.fakes.calls import call
 
 pytestmark = pytest.mark.docker
@@ -40,11 +40,7 @@ difference() {
 @pytest.fixture(scope="session")
 def openscad_image(docker_api: docker.APIClient) -> str:
     wanted = os.environ.get("NAVI_TEST_OPENSCAD_IMAGE", image_ref("openscad"))
-    try:
-        docker_api.inspect_image(wanted)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{wanted} is missing; build it with `navi images build openscad`")
-    return wanted
+    return present_image(docker_api, wanted, "openscad")
 
 
 @dataclass

@@ -29,14 +29,19 @@ from runtime.workspace.workspace import Workspace
 RUNNER_IMAGE = image_ref("tools-runner")
 
 
+def present_image(api: docker.APIClient, ref: str, name: str) -> str:
+    """``ref``, once the engine has it; the test fails (never skips) without it."""
+    try:
+        api.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{ref} is missing; build it with `navi images build {name}`")
+    return ref
+
+
 @pytest.fixture(scope="session")
 def runner_image(docker_api: docker.APIClient) -> str:
-    """The image agent-written tools run in; the test fails (never skips) without it."""
-    try:
-        docker_api.inspect_image(RUNNER_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{RUNNER_IMAGE} is missing; build it with `navi images build tools-runner`")
-    return RUNNER_IMAGE
+    """The image agent-written tools run in."""
+    return present_image(docker_api, RUNNER_IMAGE, "tools-runner")
 
 
 @dataclass
