@@ -257,7 +257,8 @@ async def test_a_redirect_off_the_allowlist_is_refused_before_connecting(
     assert result.error is not None and result.error.startswith("redirect_refused: ")
     assert "elsewhere.invalid refused: not in the egress allowlist (localhost)" in result.error
     assert web_server.hits == [("GET", "/redirect-away")]
-    assert "refused" not in result.metadata["egress"]
+    assert "refused=0" in result.metadata["egress"]
+    assert "; refused " not in result.metadata["egress"]
     assert rig.resolver.calls == ["localhost"]
 
 

@@ -76,7 +76,9 @@ async def test_notices_carry_the_phase_and_progress() -> None:
 
 
 def test_models_status_and_install_when_installed(tmp_path: Path) -> None:
-    runner = CliRunner()
+    # named, not the default: under pytest's 0700 temp dir the default would be the
+    # system's cache (the model's uid cannot reach tmp_path), and an install there builds
+    runner = CliRunner(env={"NAVI_EMBEDDED_DIR": str(tmp_path / "embedded")})
     done = runner.invoke(app, ["models", "status", "--data-dir", str(tmp_path)])
     assert done.exit_code == 0 and "not installed" in done.output
     server = EmbeddedServer((tmp_path / "embedded").resolve())
