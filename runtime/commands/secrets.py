@@ -13,7 +13,14 @@ from typing import Annotated
 
 import typer
 
-from runtime.commands.store_cli import DataDirOpt, audit_change, database_path, find_tenant, run
+from runtime.commands.store_cli import (
+    DataDirOpt,
+    audit_change,
+    cli_errors,
+    database_path,
+    find_tenant,
+    run,
+)
 from runtime.errors import NotFound
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore, check_secret_name
@@ -35,7 +42,8 @@ async def _open(path: Path, tenant: str) -> tuple[Store, SecretStore, str]:
 @app.command("set")
 def set_secret(name: str, tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
     """Store NAME for TENANT; the value comes from stdin (or a hidden prompt)."""
-    check_secret_name(name)
+    with cli_errors():
+        check_secret_name(name)
     value = (sys.stdin.read() if not sys.stdin.isatty()
              else typer.prompt("value", hide_input=True)).rstrip("\n")
     path = database_path(data_dir)
@@ -69,7 +77,8 @@ def list_secrets(tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
 @app.command("delete")
 def delete_secret(name: str, tenant: TenantOpt, data_dir: DataDirOpt = None) -> None:
     """Delete NAME of TENANT."""
-    check_secret_name(name)
+    with cli_errors():
+        check_secret_name(name)
     path = database_path(data_dir)
 
     async def go() -> None:

@@ -9,7 +9,8 @@ message and exit code 2.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -18,10 +19,10 @@ import typer
 from runtime.audit import AuditEntry, AuditLog, StateChange
 from runtime.config import Settings
 from runtime.errors import NaviError
-from runtime.logging import configure_logging
+from runtime.logging import configure_logging, escape_control
 from runtime.store import Store, Tenant, is_tenant_id
 
-__all__ = ["DataDirOpt", "audit_change", "database_path", "find_tenant", "run"]
+__all__ = ["DataDirOpt", "audit_change", "cli_errors", "database_path", "find_tenant", "run"]
 T = TypeVar("T")
 
 DataDirOpt = Annotated[
@@ -37,12 +38,19 @@ def database_path(data_dir: Path | None) -> Path:
     return settings.database_path
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """A `NaviError` inside ends the command: its message (one line) and exit code 2."""
     try:
-        return asyncio.run(coro)
+        yield
     except NaviError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
+        typer.echo(f"error: {escape_control(exc.message)}", err=True)
         raise typer.Exit(2) from None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    with cli_errors():
+        return asyncio.run(coro)
 
 
 async def find_tenant(store: Store, tenant: str) -> Tenant | None:

@@ -53,3 +53,11 @@ def test_unknown_tenant_or_secret_is_exit_2_and_nothing_audited(tmp_path: Path) 
     missing = _invoke("secrets", "delete", "nope", "--tenant", "acme", *data)
     assert missing.exit_code == 2 and "no secret named 'nope'" in missing.stderr
     assert not [a for a in _actions(tmp_path) if a[0] and a[0].startswith("secret.")]
+
+
+def test_a_bad_name_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    for args in (("set", "BAD-NAME"), ("delete", "BAD-NAME")):
+        done = _invoke("secrets", *args, "--tenant", "acme", *data, stdin="v\n")
+        assert done.exit_code == 2, done.output
+        assert "error:" in done.output and "Traceback" not in done.output
