@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from runtime.client import config
 from runtime.client.models import (
     AuditRecord,
     CancelOut,
@@ -92,6 +93,22 @@ def drop_none(**values: Any) -> dict[str, Any]:
 def exec_body(tool: str, args: dict[str, Any] | None, timeout_s: float | None
               ) -> dict[str, Any]:
     return drop_none(tool=tool, args=args or {}, timeout_s=timeout_s)
+
+
+def exec_stream_request(session: str, tool: str, args: dict[str, Any] | None,
+                        timeout_s: float | None) -> dict[str, Any]:
+    """What both clients' `exec_stream` open (`httpx` `stream()`'s arguments)."""
+    return {"method": "POST", "url": f"/v1/sessions/{seg(session)}/exec",
+            "params": {"stream": "true"}, "json": exec_body(tool, args, timeout_s),
+            "timeout": config.STREAM_TIMEOUT}
+
+
+def events_request(session: str, last_event_id: int | None, read_timeout: float | None
+                   ) -> dict[str, Any]:
+    """What both clients' `events` open (`httpx` `stream()`'s arguments)."""
+    return {"method": "GET", "url": f"/v1/sessions/{seg(session)}/events",
+            "headers": config.last_event_headers(last_event_id),
+            "timeout": config.stream_timeout(read_timeout)}
 
 
 class endpoint(Generic[P, T]):  # noqa: N801 (used as a decorator-like attribute)

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import httpx
 
 from runtime.client import config
-from runtime.client.calls import Call, Endpoints, exec_body, seg
+from runtime.client.calls import Call, Endpoints, events_request, exec_stream_request
 from runtime.client.errors import error_from_response
 from runtime.client.models import Event, ExecChunk, ExecOut
 from runtime.client.sse import SSEDecoder, ended_early, event_of, exec_item
@@ -51,9 +51,7 @@ class NaviClient(Endpoints):
                     timeout_s: float | None = None) -> Iterator[ExecChunk | ExecOut]:
         """Run a tool and yield its output as it comes (`ExecChunk`), then its result
         (`ExecOut`, last). A call that fails raises, before or after its output."""
-        with self.http.stream("POST", f"/v1/sessions/{seg(session)}/exec",
-                              params={"stream": "true"}, json=exec_body(tool, args, timeout_s),
-                              timeout=config.STREAM_TIMEOUT) as resp:
+        with self.http.stream(**exec_stream_request(session, tool, args, timeout_s)) as resp:
             _raise_for(resp)
             decoder = SSEDecoder()
             for line in resp.iter_lines():
@@ -71,9 +69,7 @@ class NaviClient(Endpoints):
         those after it (what a reconnecting reader missed is replayed first). The server
         sends a keep-alive every 15 s: `read_timeout` (seconds) above that only ends a dead
         connection (`httpx.ReadTimeout`); None waits for ever."""
-        with self.http.stream("GET", f"/v1/sessions/{seg(session)}/events",
-                              headers=config.last_event_headers(last_event_id),
-                              timeout=config.stream_timeout(read_timeout)) as resp:
+        with self.http.stream(**events_request(session, last_event_id, read_timeout)) as resp:
             _raise_for(resp)
             decoder = SSEDecoder()
             for line in resp.iter_lines():
