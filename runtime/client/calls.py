@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
@@ -34,10 +34,6 @@ from runtime.client.models import (
     TurnOut,
     VerifyOut,
 )
-
-if TYPE_CHECKING:
-    from runtime.client.aio import AsyncNaviClient
-    from runtime.client.sync import NaviClient
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -120,10 +116,10 @@ class endpoint(Generic[P, T]):  # noqa: N801 (used as a decorator-like attribute
         self.__doc__ = build.__doc__
 
     @overload
-    def __get__(self, obj: AsyncNaviClient, owner: type[Any]) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, obj: AsyncEndpoints, owner: type[Any]) -> Callable[P, Awaitable[T]]: ...
 
     @overload
-    def __get__(self, obj: NaviClient, owner: type[Any]) -> Callable[P, T]: ...
+    def __get__(self, obj: SyncEndpoints, owner: type[Any]) -> Callable[P, T]: ...
 
     def __get__(self, obj: Any, owner: type[Any]) -> Any:
         build = self.build
@@ -305,3 +301,11 @@ class Endpoints:
     manual = endpoint(manual)
     audit = endpoint(audit)
     verify_audit = endpoint(verify_audit)
+
+
+class SyncEndpoints(Endpoints):
+    """`NaviClient`'s base: its `send` answers the value itself."""
+
+
+class AsyncEndpoints(Endpoints):
+    """`AsyncNaviClient`'s base: its `send` answers an awaitable."""

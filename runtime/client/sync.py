@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import httpx
 
 from runtime.client import config
-from runtime.client.calls import Call, Endpoints, events_request, exec_stream_request
+from runtime.client.calls import Call, SyncEndpoints, events_request, exec_stream_request
 from runtime.client.errors import error_from_response
 from runtime.client.models import Event, ExecChunk, ExecOut
 from runtime.client.sse import SSEDecoder, ended_early, event_of, exec_item
@@ -17,7 +17,7 @@ from runtime.client.sse import SSEDecoder, ended_early, event_of, exec_item
 T = TypeVar("T")
 
 
-class NaviClient(Endpoints):
+class NaviClient(SyncEndpoints):
     """`NaviClient(url, token)`; both default to `NAVI_URL` and `NAVI_TOKEN`. Use it as a
     context manager (or `close()` it). Errors raise `NaviAPIError`'s subclasses."""
 
