@@ -5,7 +5,8 @@ and is written inside the response, between its head and its body: ≈ 0.5 ms on
 answer's path on the dev machine. This one goes through structlog like every other line,
 carries the request's bound context (tenant, token id, session) and the time the response
 took (for a stream: how long it was open), and costs the caller nothing. The query string
-is left out: the path says what was asked.
+is left out: the path says what was asked; a link's token (`/v1/shared/…`,
+`/v1/published/…`: a capability, like a bearer token) is not logged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.logging import get_logger
 
 log = get_logger("navi.http")
+_CAPABILITY_PATHS = ("/v1/shared/", "/v1/published/")
+
+
+def shown_path(path: str) -> str:
+    for prefix in _CAPABILITY_PATHS:
+        if path.startswith(prefix):
+            return prefix + "[token]"
+    return path
 
 
 class AccessLog:
@@ -43,6 +52,6 @@ class AccessLog:
             raise
         finally:
             client = scope.get("client")
-            log.info("http_request", method=scope["method"], path=scope["path"],
+            log.info("http_request", method=scope["method"], path=shown_path(scope["path"]),
                      status=status, ms=round((time.perf_counter() - started) * 1000, 1),
                      client=client[0] if client else None)

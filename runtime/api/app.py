@@ -13,6 +13,7 @@ from starlette.routing import Route
 from runtime import __version__
 from runtime.agent import AgentService
 from runtime.agent.recovery import close_interrupted_turns
+from runtime.agent.reflect import Reflector
 from runtime.agent.subagent import SubAgents
 from runtime.api.access_log import AccessLog
 from runtime.api.body_limit import BodyLimit
@@ -34,6 +35,7 @@ from runtime.api.routes import messages as message_routes
 from runtime.api.routes import (
     secrets as secret_routes,
 )
+from runtime.api.routes import shares as share_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
@@ -53,6 +55,7 @@ from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.instance import load_instance_id
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
+from runtime.store.shares import ShareStore
 from runtime.tools import build_tools
 from runtime.workspace import Workspaces
 
@@ -89,10 +92,12 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                                                     rate=settings.refusal_rate))
         hub = EventHub(ReplayLimits.from_settings(settings))
         subagents = SubAgents()  # bound to the services below, once they exist
+        reflector = Reflector()
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
                             search_url=settings.search_url,
                             profiles=SessionProfiles(policy, store, executor, hub),
-                            subagents=subagents, tenant_disk=workspaces)
+                            subagents=subagents, tenant_disk=workspaces,
+                            shares=ShareStore(store), reviewer=reflector)
         copies = tools.user_tools.store
         workspaces.count_also = copies.objects.tenant_bytes  # in the tenants' disk quotas
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
@@ -110,6 +115,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         workspaces=workspaces, agent=agent,
                         metrics=metrics, hub=hub, secrets=secrets)
     subagents.services = services
+    reflector.services = services
     services.background.append(services.hub.start_sweeper())
     await _start_sandbox(services)
     return services
@@ -161,7 +167,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     app.add_middleware(AccessLog)  # outermost of ours: sees every answer, logs after it
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
-                   message_routes.router, secret_routes.router):
+                   message_routes.router, secret_routes.router, share_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

@@ -30,7 +30,7 @@ StateChange = Literal[
     "session.create", "session.delete", "file.write", "file.delete", "file.move",
     "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
-    "memory.save", "memory.forget", "note.write",
+    "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000

@@ -33,13 +33,14 @@ from runtime.sandbox.models import MiB
 
 GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
-    "group:fs": frozenset({"filesystem", "edit_file", "read_document"}),
+    "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file"}),
     "group:web": frozenset({"http_request", "web_view", "web_search"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),
     "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),
     "group:meta": frozenset(
         {"list_tools", "tool_manual", "image_view", "write_tool", "test_tool", "reload_tools",
-         "delete_tool", "list_profiles", "switch_profile", "spawn_agent", "mcp_status"}
+         "delete_tool", "list_profiles", "switch_profile", "spawn_agent", "mcp_status",
+         "content_publish", "reflect"}
     ),
 }
 USER_TOOLS_GROUP = "group:user_tools"
@@ -122,6 +123,8 @@ class QuotasSpec(Strict):
     queue_depth: int | None = Field(None, ge=0, le=1024,
                                     description="calls that may wait past max_concurrent")
     sessions_per_tenant: int | None = Field(None, ge=1, le=100000)
+    shares_per_tenant: int | None = Field(None, ge=0, le=100000,
+                                          description="live share_file/content_publish links")
 
 
 class Quotas(Strict):
@@ -134,6 +137,7 @@ class Quotas(Strict):
     tenant_disk_mb: int = 10240
     sessions_per_tenant: int = 100
     queue_depth: int = 8
+    shares_per_tenant: int = 100
 
 
 class Defaults(Strict):

@@ -134,6 +134,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        6,
+        "shares: links to session files without a token",  # runtime.store.shares
+        (
+            """CREATE TABLE shares (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                kind TEXT NOT NULL CHECK (kind IN ('share', 'publish')),
+                path TEXT NOT NULL,
+                token_hash TEXT NOT NULL UNIQUE,
+                created_at REAL NOT NULL,
+                expires_at REAL,
+                revoked_at REAL,
+                downloads INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX shares_by_session ON shares(session_id, created_at)",
+            "CREATE INDEX shares_by_tenant ON shares(tenant_id)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.policy.engine import PolicyEngine
+from runtime.store.shares import ShareStore
 from runtime.tools.base import Tool
 from runtime.tools.builtin import (
     CodeExecTool,
+    ContentPublishTool,
     EditFileTool,
     FilesystemTool,
     HttpRequestTool,
@@ -22,7 +24,9 @@ from runtime.tools.builtin import (
     ListToolsTool,
     MemoryTool,
     ReadDocumentTool,
+    ReflectTool,
     ScratchpadTool,
+    ShareFileTool,
     SpawnAgentTool,
     SwitchProfileTool,
     TerminalTool,
@@ -32,6 +36,7 @@ from runtime.tools.builtin import (
     WebViewTool,
 )
 from runtime.tools.builtin.profiles import ProfileDirectory
+from runtime.tools.builtin.reflect import Reviewer
 from runtime.tools.builtin.spawn import SubAgentRunner
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
@@ -79,9 +84,12 @@ def build_tools(
     profiles: ProfileDirectory | None = None,
     subagents: SubAgentRunner | None = None,
     tenant_disk: TenantDisk | None = None,
+    shares: ShareStore | None = None,
+    reviewer: Reviewer | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`;
-    `tenant_disk` keeps the tenant disk quota user tools' copies count in."""
+    `tenant_disk` keeps the tenant disk quota user tools' copies count in; `shares` keeps
+    the links of `share_file`/`content_publish`, `reviewer` answers `reflect`."""
     data_dir = Path(data_dir)
     memory = MemoryStore.in_data_dir(data_dir)
     notes = NotesStore.in_data_dir(data_dir)
@@ -96,6 +104,10 @@ def build_tools(
         approver=approver,
         manuals=ManualLibrary(manuals_dir),
     )
+    def share_quota(tenant: str) -> int:
+        engine = policy if isinstance(policy, PolicyEngine) else None
+        return engine.quotas(tenant).shares_per_tenant if engine else 100
+
     tools: list[Tool] = [
         CodeExecTool(),
         TerminalTool(),
@@ -122,6 +134,9 @@ def build_tools(
         ListProfilesTool(profiles),
         SwitchProfileTool(profiles),
         SpawnAgentTool(subagents),
+        ShareFileTool(shares, share_quota),
+        ContentPublishTool(shares, share_quota),
+        ReflectTool(reviewer),
     ]
     for tool in tools:
         registry.register(tool)

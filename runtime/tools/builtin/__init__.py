@@ -9,11 +9,14 @@ from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
 from runtime.tools.builtin.profiles import ListProfilesTool, SwitchProfileTool
+from runtime.tools.builtin.reflect import ReflectTool
+from runtime.tools.builtin.share import ContentPublishTool, ShareFileTool
 from runtime.tools.builtin.spawn import SpawnAgentTool
 from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
     "CodeExecTool",
+    "ContentPublishTool",
     "EditFileTool",
     "FilesystemTool",
     "HttpRequestTool",
@@ -22,7 +25,9 @@ __all__ = [
     "ListToolsTool",
     "MemoryTool",
     "ReadDocumentTool",
+    "ReflectTool",
     "ScratchpadTool",
+    "ShareFileTool",
     "SpawnAgentTool",
     "SwitchProfileTool",
     "TerminalTool",

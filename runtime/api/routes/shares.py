@@ -1,0 +1,127 @@
+"""Links made by `share_file` and `content_publish`, and their owners' view of them.
+
+`GET /v1/shared/{token}` downloads the shared file and `GET /v1/published/{token}` shows a
+published one, both WITHOUT a bearer token: the token in the path is the capability (only
+its SHA-256 is stored, `runtime.store.shares`). The file is read at that moment through the
+session's workspace (fd-relative, no links). An unknown, expired or revoked token, a gone
+session or file: 404, the one answer for all. Downloads are attachments with `nosniff`;
+published HTML is answered under a CSP `sandbox` with no `allow-same-origin` and
+`connect-src 'none'`, so no script in it can reach the API, whatever frames it.
+
+`GET /v1/sessions/{id}/shares` lists a session's live links (never their tokens) and
+`DELETE /v1/sessions/{id}/shares/{share_id}` revokes one (audited `share.revoke`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+
+from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
+from runtime.api.disposition import attachment
+from runtime.errors import NotFound
+from runtime.store.shares import ShareKind, ShareRecord, ShareStore
+from runtime.tools.builtin.image_view import sniff_image
+from runtime.tools.builtin.share import MAX_PUBLISH_BYTES, publish_kind
+
+router = APIRouter(tags=["shares"])
+
+HTML_CSP = ("sandbox allow-scripts; default-src 'none'; img-src data:; "
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'none'; "
+            "form-action 'none'; base-uri 'none'")
+LOCKED_CSP = "sandbox; default-src 'none'"
+BASE_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store",
+                "Referrer-Policy": "no-referrer"}
+GONE = "no such link (unknown, expired or revoked)"
+
+
+class ShareOut(BaseModel):
+    id: str
+    kind: ShareKind
+    path: str
+    created_at: float
+    expires_at: float | None
+    downloads: int
+
+
+async def _live(request: Request, token: str, kind: ShareKind) -> ShareRecord:
+    found = await ShareStore(get_services(request).store).by_token(token, kind)
+    if found is None:
+        raise NotFound(GONE)
+    return found
+
+
+@router.get("/v1/shared/{token}", response_class=StreamingResponse,
+            responses={200: {"content": {"application/octet-stream": {}}}})
+async def download_shared(token: str, request: Request) -> StreamingResponse:
+    share = await _live(request, token, "share")
+    services = get_services(request)
+    ws = await asyncio.to_thread(services.workspaces.open, share.tenant_id, share.session_id)
+    try:
+        reader = await asyncio.to_thread(ws.open_read, share.path)
+    finally:
+        ws.close()
+    await ShareStore(services.store).count_download(share.id)
+    name = share.path.rsplit("/", 1)[-1]
+    media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return StreamingResponse(reader, media_type=media_type, headers={
+        **BASE_HEADERS, "Content-Length": str(reader.size),
+        "Content-Disposition": attachment(name), "Content-Security-Policy": LOCKED_CSP})
+
+
+@router.get("/v1/published/{token}", response_class=Response,
+            responses={200: {"content": {"text/html": {}, "image/png": {}}}})
+async def view_published(token: str, request: Request) -> Response:
+    share = await _live(request, token, "publish")
+    services = get_services(request)
+    ws = await asyncio.to_thread(services.workspaces.open, share.tenant_id, share.session_id)
+    try:
+        data = await asyncio.to_thread(ws.read_bytes, share.path, max_bytes=MAX_PUBLISH_BYTES)
+    finally:
+        ws.close()
+    kind = publish_kind(share.path, data[:16])
+    headers = {**BASE_HEADERS, "Content-Security-Policy": LOCKED_CSP}
+    if kind == "image":
+        media_type = sniff_image(data) or "application/octet-stream"
+    elif kind == "pdf":  # the browser's PDF viewer does not run in a sandboxed document
+        media_type = "application/pdf"
+        headers["Content-Security-Policy"] = "default-src 'none'; object-src 'self'"
+    elif kind == "html":
+        media_type = "text/html; charset=utf-8"
+        headers["Content-Security-Policy"] = HTML_CSP
+    elif kind == "markdown":
+        media_type = "text/markdown; charset=utf-8"
+    else:
+        raise NotFound(f"{share.path} is no longer something that can be shown")
+    await ShareStore(services.store).count_download(share.id)
+    return Response(data, media_type=media_type, headers=headers)
+
+
+@router.get("/v1/sessions/{session_id}/shares", response_model=list[ShareOut])
+async def list_shares(session_id: str, request: Request, principal: SessionUser
+                      ) -> list[ShareOut]:
+    services = get_services(request)
+    await owned_session(services, principal, session_id)
+    rows = await ShareStore(services.store).list(principal.tenant_id, session_id)
+    return [ShareOut(**r.model_dump()) for r in rows]
+
+
+@router.delete("/v1/sessions/{session_id}/shares/{share_id}",
+               status_code=status.HTTP_204_NO_CONTENT)
+async def revoke_share(session_id: str, share_id: str, request: Request,
+                       principal: SessionUser) -> Response:
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    shares = ShareStore(services.store)
+    found = await shares.get(principal.tenant_id, session_id, share_id)
+    if found is None:
+        raise NotFound("no such link in this session")
+    subject = await subject_for(services, principal, record)
+    await services.executor.record_action(subject, "share.revoke", found.id,
+                                          rule=f"roles.{principal.role}", detail=found.path)
+    await shares.revoke(found.id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
