@@ -30,6 +30,7 @@ from runtime.calls import (
     image_blocks,
 )
 from runtime.errors import NaviError, PolicyDenied
+from runtime.events import link_refs
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.tools import ToolResult
@@ -132,6 +133,7 @@ def _succeeded(call: ToolCallRequest, exec_id: str, result: ToolResult) -> CallO
         text = f"Error: {clip(result.error or 'failed', EVENT_ERROR)}\n{text}"
     return CallOutcome(call=call, exec_id=exec_id, success=result.success, content=text,
                        meta={"exec_id": exec_id, "success": result.success, "images": shown,
-                             **fields},
+                             **fields, **{k: v.model_dump() for k, v
+                                          in link_refs(result.metadata).items()}},
                        images=[ImageInput(media_type=b.media_type, data_b64=b.data_b64)
                                for b in blocks])

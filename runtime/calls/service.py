@@ -29,7 +29,7 @@ from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
 from runtime.calls.images import image_refs
 from runtime.calls.live_output import LiveOutput
 from runtime.errors import InvalidInput, NaviError, NotFound, PolicyDenied, QuotaExceeded
-from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent
+from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent, link_refs
 from runtime.executor import Approver, Executor, new_exec_id
 from runtime.metrics import Metrics, tool_label
 from runtime.policy.decision import Subject
@@ -248,4 +248,4 @@ def _result_event(request: CallRequest, result: ToolResult, rule: str | None
         output=clip(result.output, EVENT_TEXT),
         error=clip(result.error, EVENT_ERROR) if result.error else None,
         exec_id=request.exec_id, rule=rule, images=image_refs(result) or None,
-        **_origin(request), **fields)
+        **link_refs(result.metadata), **_origin(request), **fields)

@@ -13,6 +13,7 @@ from runtime.events.models import (
     Event,
     ExecOutput,
     ImageRef,
+    LinkRef,
     Notice,
     ProfileChanged,
     Resync,
@@ -27,12 +28,14 @@ from runtime.events.models import (
     ToolCallEvent,
     ToolResultEvent,
     Usage,
+    link_refs,
 )
 from runtime.events.replay import ReplayLimits
 
 __all__ = [
     "NESTED_TURN", "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event",
-    "EventHub", "ExecOutput", "ImageRef", "Notice", "ProfileChanged", "ReplayLimits", "Resync",
-    "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd", "StreamStart",
-    "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent", "ToolResultEvent", "Usage",
+    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProfileChanged", "ReplayLimits",
+    "Resync", "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd",
+    "StreamStart", "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent",
+    "ToolResultEvent", "Usage", "link_refs",
 ]

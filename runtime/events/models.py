@@ -144,6 +144,28 @@ class ImageRef(BaseModel):
     media_type: str
 
 
+class LinkRef(BaseModel):
+    """A link a tool made to a session file (`share_file`'s `shared`, `content_publish`'s
+    `published`): what a client shows for it (the web client draws a published file)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    path: str
+    url: str
+    kind: str | None = None
+    expires_at: float | None = None
+
+
+LINK_FIELDS = ("shared", "published")
+
+
+def link_refs(metadata: dict[str, Any]) -> dict[str, LinkRef]:
+    """The links in a tool result's metadata, typed (keys of `LINK_FIELDS`)."""
+    return {k: LinkRef.model_validate(metadata[k]) for k in LINK_FIELDS
+            if isinstance(metadata.get(k), dict)}
+
+
 EXEC_EVENT_FIELDS = ("ok", "exit_code", "stdout", "stderr", "timed_out", "oom_killed",
                      "truncated", "duration_ms", "audit_seq", "timeout_s", "runtime")
 
@@ -163,6 +185,8 @@ class ToolResultEvent(SessionEvent):
     code: str | None = Field(None, description="the error's code, when the call was refused")
     rule: str | None = Field(None, description="the policy rule that decided")
     images: list[ImageRef] | None = None
+    shared: LinkRef | None = None
+    published: LinkRef | None = None
     ok: bool | None = None
     exit_code: int | None = None
     stdout: str | None = None
@@ -174,7 +198,8 @@ class ToolResultEvent(SessionEvent):
     audit_seq: int | None = None
     timeout_s: float | None = None
     runtime: Runtime | None = None
-    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = _CALL_CONTEXT | {"code", "rule", "images"}
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = _CALL_CONTEXT | {"code", "rule", "images",
+                                                                 *LINK_FIELDS}
 
     def payload(self) -> dict[str, Any]:
         data = super().payload()

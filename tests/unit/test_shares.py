@@ -15,6 +15,8 @@ from runtime.store.shares import ShareStore
 from runtime.tools.base import ToolContext
 from runtime.tools.builtin.share import ShareFileTool, ShareParams, publish_kind
 from tests.fakes.agent_harness import AgentHarness
+from tests.fakes.ollama import FakeOllama
+from tests.fakes.script import Call, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,3 +78,19 @@ def test_the_developer_profile_may_share_only_where_the_policy_says(policy: str,
     publish = engine.decide(subject, Action(tool="content_publish", args={},
                                             group="group:meta"))
     assert publish.verdict == "allow"
+
+
+async def test_a_published_file_reaches_the_events_and_the_stored_history(
+        tmp_path: Path, ollama: FakeOllama) -> None:
+    ollama.model.add(Reply(calls=[Call("content_publish", {"path": "r.md"})]),
+                     Reply(content="shown"))
+    async with AgentHarness(tmp_path, ollama=ollama.url) as h:
+        h.workspace_file("r.md", b"# report\n")
+        events = await h.turn("show the report")
+        rows = await h.services.agent.history(h.services, h.subject.session)
+    result = next(e.data for e in events if e.type == "tool_result")
+    published = result["published"]
+    assert published["kind"] == "markdown" and published["path"] == "r.md"
+    assert published["url"].startswith("/v1/published/")
+    [tool_row] = [r for r in rows if r.role == "tool"]
+    assert tool_row.meta["published"] == published  # a reloaded chat draws it again
