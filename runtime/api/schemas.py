@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from runtime.api.session_titles import checked_title
 from runtime.store import MAX_EXPIRES_IN_S
 from runtime.wire import (  # the answers: shared with runtime.client
     ExecOut,
@@ -29,6 +30,19 @@ class StrictBody(BaseModel):
 class SessionCreate(StrictBody):
     profile: str | None = Field(None, pattern=NAME_PATTERN)
     title: str | None = Field(None, max_length=200)
+
+
+class SessionUpdate(StrictBody):
+    """`PATCH /v1/sessions/{id}`: a new title, a profile to switch to, or both."""
+
+    title: str | None = Field(None, description="one printable line, at most 200 characters")
+    profile: str | None = Field(None, pattern=NAME_PATTERN,
+                                description="one of GET /v1/sessions/{id}/profiles")
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        return None if value is None else checked_title(value)
 
 
 class ExecBody(StrictBody):
@@ -57,6 +71,6 @@ class TokenCreate(StrictBody):
 
 __all__ = [
     "ApprovalDecisionBody", "ExecBody", "ExecOut", "FileEntryOut", "HealthOut", "SessionCreate",
-    "SessionOut", "StrictBody", "TenantCreate", "TenantOut", "TokenCreate", "TokenInfo",
-    "TokenOut", "ToolOut", "VerifyOut",
+    "SessionOut", "SessionUpdate", "StrictBody", "TenantCreate", "TenantOut", "TokenCreate",
+    "TokenInfo", "TokenOut", "ToolOut", "VerifyOut",
 ]

@@ -27,8 +27,8 @@ Kind = Literal["intent", "outcome", "denied", "interrupted", "approval", "action
 # What a record is about: `exec` for everything on an execution's path (intent, outcome,
 # denials, approvals inside a call), else the state change it decided (kind `action`).
 StateChange = Literal[
-    "session.create", "session.delete", "file.write", "file.delete", "file.move",
-    "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
+    "session.create", "session.delete", "session.update", "file.write", "file.delete",
+    "file.move", "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
     "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
 ]

@@ -268,6 +268,17 @@ class Store(TokenMethods):
             raise NotFound("no such session")
         log.info("session_profile_set", tenant=tenant_id, session=session_id, profile=profile)
 
+    async def set_session_title(self, tenant_id: str, session_id: str, title: str, *,
+                                only_if_unset: bool = False) -> bool:
+        """Name a session (``only_if_unset``: only one still untitled); False if unchanged."""
+        if len(title) > TITLE_MAX or not title.isprintable():
+            raise InvalidInput(f"title must be printable text of at most {TITLE_MAX} characters")
+        unset = " AND title IS NULL" if only_if_unset else ""
+        cur = await self._db.execute(
+            f"UPDATE sessions SET title = ? WHERE id = ? AND tenant_id = ?{unset}",
+            (title, session_id, tenant_id))
+        return cur.rowcount > 0
+
     async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None:
         """The session if it exists AND belongs to ``tenant_id``; otherwise ``None``."""
         if not ids.is_session_id(session_id) or not ids.is_tenant_id(tenant_id):

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import StrictBody
+from runtime.api.session_titles import title_from_message
 from runtime.errors import NotFound
 from runtime.wire import CancelOut, MessageOut, TurnOut
 
@@ -31,6 +32,10 @@ async def post_message(session_id: str, body: MessageBody, request: Request,
     if "\x00" in body.content:
         body = MessageBody(content=body.content.replace("\x00", ""))
     turn_id = await services.agent_loop().start_turn(services, subject, body.content)
+    if record.title is None and (title := title_from_message(body.content)):
+        # an untitled session is named by its first message (not audited: no state of note)
+        await services.store.set_session_title(record.tenant_id, record.id, title,
+                                               only_if_unset=True)
     return TurnOut(turn_id=turn_id, session=record.id)
 
 

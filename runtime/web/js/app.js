@@ -6,6 +6,8 @@ import { Api, ApiError, describeError, tokenStore } from "./api.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
 import { FilesPanel, imageUrl, writtenImages } from "./files.js";
+import { SessionAudit } from "./session_audit.js";
+import { SessionHead } from "./session_head.js";
 import { SessionsPanel } from "./sessions.js";
 import { EventStream } from "./sse.js";
 import { Timeline } from "./timeline.js";
@@ -54,6 +56,8 @@ class App {
     for (const button of document.querySelectorAll("#nav button")) {
       button.addEventListener("click", () => this.showView(button.dataset.view));
     }
+    this.head = new SessionHead({ onChanged: (session) => this.sessions?.update(session) });
+    this.sessionAudit = new SessionAudit();
     this.wireComposer();
     this.wireStop();
     this.wireRunBox();
@@ -141,6 +145,8 @@ class App {
     $("#nav-workspace").hidden = !canWork;
     $("#nav-audit").hidden = !canAudit;
     this.audit = canAudit ? new AuditView($("#audit"), api) : null;
+    this.head.use(api);
+    this.sessionAudit.use(api, canAudit);
     if (canWork) {
       this.files = new FilesPanel($("#workspace"), api);
       this.sessions = new SessionsPanel($("#workspace"), api, {
@@ -178,6 +184,8 @@ class App {
     tokenStore.clear();
     this.api = null;
     this.sessions = null;
+    this.head.show(null);
+    this.sessionAudit.show(null);
     this.setUrl(null, { replace: true });
     this.showSignIn(message);
   }
@@ -231,7 +239,8 @@ class App {
     this.active = view;
     this.setUrl(session.id, { replace: Boolean(this.replaceUrlOnce) });
     this.replaceUrlOnce = false;
-    this.showTitle(session);
+    this.head.show(view.session);
+    this.sessionAudit.show(view.session);
     clear($("#timeline-slot")).append(view.timeline.el);
     $("#stop-turn").hidden = !view.timeline.running;
     $("#composer").hidden = false;
@@ -252,11 +261,6 @@ class App {
     }
   }
 
-  showTitle(session) {
-    const label = session.title || `Session ${session.id.slice(-6)}`;
-    $("#chat-title").textContent = `${label} · ${session.profile || ""}`.replace(/ · $/, "");
-  }
-
   connect(view) {
     const conn = $("#conn");
     conn.hidden = false;
@@ -272,7 +276,8 @@ class App {
         }
         if (event.type === "profile_changed") {  // switch_profile: the active profile
           view.session.profile = event.profile;
-          if (this.active === view) this.showTitle(view.session);
+          if (this.active === view) this.head.profileChanged(event.profile);
+          this.sessions?.update(view.session);
         }
       },
       onState: (state, status) => {
@@ -291,7 +296,8 @@ class App {
       this.active = null;
       this.setUrl(null, { replace: true });
       clear($("#timeline-slot"));
-      $("#chat-title").textContent = "Choose or create a session";
+      this.head.show(null);
+      this.sessionAudit.show(null);
       $("#composer").hidden = true;
       $("#runbox").hidden = true;
       $("#upload-form").hidden = true;
@@ -358,6 +364,7 @@ class App {
       try {
         await this.api.post(`/v1/sessions/${encodeURIComponent(view.session.id)}/messages`,
           { content });
+        if (this.active === view) this.head.refreshTitle(); // titled by its first message
       } catch (err) {
         const text = `The message was not accepted: ${describeError(err)}`;
         view.timeline.notice(text);

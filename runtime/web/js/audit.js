@@ -83,9 +83,10 @@ export class AuditView {
   }
 }
 
-function row(record) {
+// One record as a table row (`columns`: which of COLUMNS' keys, in order).
+export function row(record, columns = COLUMNS.map(([key]) => key)) {
   const tr = h("tr", { class: `kind-${safeClass(record.kind)}` });
-  for (const [key] of COLUMNS) {
+  for (const key of columns) {
     let value = record[key];
     let title = null;
     if (value === null || value === undefined || value === "") value = null;

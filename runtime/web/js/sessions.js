@@ -61,8 +61,18 @@ export class SessionsPanel {
       const remove = h("button", { type: "button", class: "danger subtle icon",
         "aria-label": `Delete ${label}`, title: "Delete session", text: "✕" });
       remove.addEventListener("click", () => this.confirmDelete(remove, session));
+      remove.addEventListener("keydown", (ev) => {
+        if (ev.key === "Escape") disarm(remove); // "Delete?" taken back
+      });
       this.list.append(h("li", { class: "session" }, open, remove));
     }
+  }
+
+  // A session renamed or switched in the heading: its entry in the list follows.
+  update(session) {
+    const known = this.sessions.find((s) => s.id === session.id);
+    if (known) Object.assign(known, { title: session.title, profile: session.profile });
+    this.render();
   }
 
   select(id) {
@@ -92,13 +102,7 @@ export class SessionsPanel {
       button.dataset.armed = "1";
       button.textContent = "Delete?";
       button.classList.remove("subtle", "icon");
-      setTimeout(() => {
-        if (button.isConnected) {
-          button.dataset.armed = "";
-          button.textContent = "✕";
-          button.classList.add("subtle", "icon");
-        }
-      }, 5000);
+      setTimeout(() => disarm(button), 5000);
       return;
     }
     this.remove(session);
@@ -115,4 +119,11 @@ export class SessionsPanel {
     this.onDeleted(session.id);
     await this.refresh();
   }
+}
+
+function disarm(button) {
+  if (!button.isConnected || button.dataset.armed !== "1") return;
+  button.dataset.armed = "";
+  button.textContent = "✕";
+  button.classList.add("subtle", "icon");
 }
