@@ -34,6 +34,7 @@ install_system_packages() {
     if [ "${NAVI_SETUP_TEST_TOOLS:-0}" = 1 ]; then  # `make test`: real browser + compose checks
         command -v chromium >/dev/null 2>&1 || missing+=(chromium fonts-liberation)
         command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+        [ -x /usr/sbin/sshd ] || missing+=(openssh-server)  # ssh_exec's test runs its own sshd
     fi
     [ "${#missing[@]}" -eq 0 ] && return 0
     if ! is_root; then

@@ -70,9 +70,17 @@ class Recorder:
         assert decision.image is not None
         image = self.resolve_image(decision.image)
         secret_env = await self._secret_env(subject, decision)
+        held = list(secret_env.values())
+        stdin = invocation.stdin
+        if decision.stdin_secret is not None:  # ssh_exec's key: `<length>\n<value>` + stdin
+            value = (await self._values(subject, [decision.stdin_secret])).get(
+                decision.stdin_secret, "")
+            raw = value.encode("utf-8")
+            stdin = b"%d\n" % len(raw) + raw + stdin
+            held += [value] if value else []
         request = ExecRequest(
             **{**{name: getattr(invocation, name) for name in Invocation.model_fields},
-               "env": {**invocation.env, **secret_env}},
+               "env": {**invocation.env, **secret_env}, "stdin": stdin},
             image=image, limits=decision.limits,
             network="egress" if decision.egress_allowlist else "none",
             egress_allowlist=decision.egress_allowlist, exec_id=exec_id,
@@ -85,7 +93,8 @@ class Recorder:
         # The intent's fsync overlaps the backend's preparation (image, container); the
         # backend awaits it before anything runs in the container (``before_start``), or
         # has the gate start the job on the writer thread as soon as it is durable.
-        given = sorted({decision.secrets[env] for env in secret_env})  # names, never values
+        given = sorted({decision.secrets[env] for env in secret_env}  # names, never values
+                       | ({decision.stdin_secret} if decision.stdin_secret else set()))
         gate = StartGate()
         intent_write = asyncio.ensure_future(self.audit.append(AuditEntry(
             kind="intent", reason=decision.reason, tool_hash=action.tool_hash,
@@ -100,12 +109,11 @@ class Recorder:
         try:
             # a call holding secrets streams nothing live: its output is passed on once,
             # redacted (a value split across two chunks could not be caught)
-            live = None if secret_env else on_output
+            live = None if held else on_output
             outcome = await self._recorded(request, live, intent_write, gate, settled,
                                            exec_id, common, action, decision)
-            if secret_env:  # what a tool printed of its secrets is not passed on
-                outcome = outcome.model_copy(update={
-                    "result": redact(outcome.result, list(secret_env.values()))})
+            if held:  # what a tool printed of its secrets is not passed on
+                outcome = outcome.model_copy(update={"result": redact(outcome.result, held)})
             return outcome
         finally:
             if not settled.done():
@@ -153,10 +161,15 @@ class Recorder:
 
     async def _secret_env(self, subject: Subject, decision: Decision) -> dict[str, str]:
         """ENV_VAR -> value of the secrets the decision grants that the tenant has."""
-        if not decision.secrets or self.secrets is None:
+        if not decision.secrets:
             return {}
-        values = await self.secrets.values(subject.tenant, sorted(set(decision.secrets.values())))
+        values = await self._values(subject, sorted(set(decision.secrets.values())))
         return {env: values[name] for env, name in decision.secrets.items() if name in values}
+
+    async def _values(self, subject: Subject, names: list[str]) -> dict[str, str]:
+        if self.secrets is None:
+            return {}
+        return await self.secrets.values(subject.tenant, names)
 
     async def _cancelled(
         self, exec_id: str, common: dict[str, Any], intent_write: asyncio.Future[Any]

@@ -79,6 +79,10 @@ class Decision(BaseModel):
     egress_allowlist: list[str] = Field(default_factory=list)
     secrets: dict[str, str] = Field(
         default_factory=dict, description="ENV_VAR: secret name granted to this call")
+    stdin_secret: str | None = Field(
+        None, description="ssh_exec: the secret (a name) put ahead of the call's stdin")
+    ssh_user: str | None = None
+    known_hosts: tuple[str, ...] = Field((), description="ssh_exec: the pinned host keys")
     approvers: list[Role] = Field(
         default_factory=list, description="ask: the roles that may answer (policy `approvals`)")
     self_approve: bool = Field(

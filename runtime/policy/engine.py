@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from runtime.policy.decision import SERVER_TENANT, Action, Decision, Role, Subject
 from runtime.policy.egress_grant import first_refusal
@@ -224,7 +224,7 @@ class PolicyEngine:
         if refusal is not None:  # a host outside the grant: nothing to ask about, no start
             return _deny(f"{ppath}.tools.{tool}.egress", refusal)
         secrets = _granted_secrets(tool, group, tool_rule, action)
-        common = {"limits": limits, "image": image, "secrets": secrets,
+        common = {"limits": limits, "image": image, "secrets": secrets, **_ssh(tool, tool_rule),
                   "network": "egress" if egress else "none", "egress_allowlist": egress}
 
         approvals: list[tuple[str, Iterable[ApprovalRule]]] = [(ppath, profile.approvals)]
@@ -290,6 +290,15 @@ def _granted_secrets(tool: str, group: str | None, rule: ToolRule | None,
     else:  # a changed (or another tenant's, or a same-named) tool gets nothing
         pinned = rule.tool_hash is not None and rule.tool_hash == action.tool_hash
     return dict(rule.secrets) if pinned else {}
+
+
+def _ssh(tool: str, rule: ToolRule | None) -> dict[str, Any]:
+    """`ssh_exec`'s key (by name; the Recorder puts its value ahead of stdin, for the fixed
+    ssh driver only) and pinned host keys; any other tool, even one named in a rule, none."""
+    if tool != "ssh_exec" or rule is None or rule.ssh is None:
+        return {}
+    return {"stdin_secret": rule.ssh.key_secret, "ssh_user": rule.ssh.user,
+            "known_hosts": tuple(rule.ssh.known_hosts)}
 
 
 def _deny(rule: str, reason: str) -> Decision:

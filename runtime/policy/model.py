@@ -35,6 +35,7 @@ GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
     "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file"}),
     "group:web": frozenset({"http_request", "web_view", "web_search"}),
+    "group:remote": frozenset({"ssh_exec"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),
     "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),
     "group:meta": frozenset(
@@ -168,6 +169,29 @@ def _sha256(value: str | None) -> str | None:
     return value
 
 
+_KNOWN_HOST = re.compile(r"^(\[[A-Za-z0-9.-]+\]:[0-9]{1,5}|[A-Za-z0-9.-]+) "
+                         r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|rsa-sha2-(256|512)|ssh-rsa)"
+                         r" [A-Za-z0-9+/]+={0,2}$")
+
+
+def _known_host(value: str) -> str:
+    if not _KNOWN_HOST.fullmatch(value):
+        raise ValueError("a pinned host key is one known_hosts line: `HOST TYPE BASE64` or "
+                         "`[HOST]:PORT TYPE BASE64` (no options, no hashed names)")
+    return value
+
+
+class SshGrant(Strict):
+    """`ssh_exec`'s key and pinned host keys (its rule's `ssh`): the key is the tenant's
+    secret `key_secret`, handed to the fixed ssh driver on stdin, never to other code."""
+
+    key_secret: str = Field(pattern=r"^[a-z0-9_]{1,64}$", description="the secret's name")
+    user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+                             description="the remote user when `host` names none")
+    known_hosts: list[Annotated[str, AfterValidator(_known_host)]] = Field(
+        min_length=1, description="the hosts' keys, known_hosts lines; any other is refused")
+
+
 class ToolRule(Strict):
     """Per-tool settings inside a profile."""
 
@@ -186,6 +210,7 @@ class ToolRule(Strict):
     tool_hash: Annotated[str | None, AfterValidator(_sha256)] = Field(
         None, description="user tools: required with `secrets`; only the file with this "
         "content hash gets them")
+    ssh: SshGrant | None = Field(None, description="ssh_exec only: its key and host keys")
 
 
 class ApprovalRule(Strict):
@@ -260,6 +285,7 @@ def _default_images() -> dict[str, ImageName]:
         "read_document": "python",
         USER_TOOLS_GROUP: "tools-runner",
         "group:cad": "openscad",
+        "group:remote": "ssh",
     }
 
 
@@ -341,6 +367,8 @@ def name_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]
                 problems.append((loc, f"{tname!r} is not a tool name"))
             if rule.languages is not None and tname != "code_exec":
                 problems.append((loc + ("languages",), "languages applies to code_exec only"))
+            if rule.ssh is not None and tname != "ssh_exec":
+                problems.append((loc + ("ssh",), "ssh applies to ssh_exec only"))
             for i, host in enumerate(rule.egress):
                 if host not in allow:
                     problems.append(

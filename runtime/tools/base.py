@@ -39,6 +39,7 @@ ToolGroup = Literal[
     "group:meta",
     "group:cad",
     "group:web",
+    "group:remote",
     "group:user_tools",
     "group:mcp",
 ]

@@ -12,6 +12,7 @@ from runtime.tools.builtin.profiles import ListProfilesTool, SwitchProfileTool
 from runtime.tools.builtin.reflect import ReflectTool
 from runtime.tools.builtin.share import ContentPublishTool, ShareFileTool
 from runtime.tools.builtin.spawn import SpawnAgentTool
+from runtime.tools.builtin.ssh import SshExecTool
 from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ScratchpadTool",
     "ShareFileTool",
     "SpawnAgentTool",
+    "SshExecTool",
     "SwitchProfileTool",
     "TerminalTool",
     "TodoTool",
