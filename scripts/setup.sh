@@ -37,6 +37,15 @@ install_system_packages() {
         [ -x /usr/sbin/sshd ] || missing+=(openssh-server)  # ssh_exec's test runs its own sshd
     fi
     [ "${#missing[@]}" -eq 0 ] && return 0
+    if [[ " ${missing[*]} " == *" openssh-server "* ]] && is_root; then
+        install_sshd_binary_only
+        local rest=() package
+        for package in "${missing[@]}"; do
+            [ "$package" = openssh-server ] || rest+=("$package")
+        done
+        [ "${#rest[@]}" -eq 0 ] && return 0
+        missing=("${rest[@]}")
+    fi
     if ! is_root; then
         die "missing: ${missing[*]}. Install as root, then run this again:
     apt-get update && apt-get install -y ${missing[*]}"
@@ -45,6 +54,23 @@ install_system_packages() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q "${missing[@]}"
+}
+
+# The tests start their own sshd on loopback; installing the package must not leave a system
+# sshd listening on port 22: no service started (policy-rc.d) and, under systemd, none enabled.
+install_sshd_binary_only() {
+    say "installing openssh-server for the ssh_exec tests (its service neither started nor enabled)"
+    export DEBIAN_FRONTEND=noninteractive
+    local guard=/usr/sbin/policy-rc.d placed=0
+    if [ ! -e "$guard" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$guard" && chmod 755 "$guard" && placed=1
+    fi
+    apt-get update -q
+    apt-get install -y -q openssh-server || { [ "$placed" = 1 ] && rm -f "$guard"; die "apt-get failed"; }
+    [ "$placed" = 1 ] && rm -f "$guard"
+    if command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+    fi
 }
 
 engine_error() { docker version --format '{{.Server.Version}}' 2>&1 >/dev/null | head -n 2; }
