@@ -6,6 +6,7 @@ import { Api, ApiError, describeError, tokenStore } from "./api.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
 import { FilesPanel, imageUrl, writtenImages } from "./files.js";
+import { SharesList } from "./published.js";
 import { SessionAudit } from "./session_audit.js";
 import { SessionHead } from "./session_head.js";
 import { SessionsPanel } from "./sessions.js";
@@ -149,6 +150,7 @@ class App {
     this.sessionAudit.use(api, canAudit);
     if (canWork) {
       this.files = new FilesPanel($("#workspace"), api);
+      this.shares = new SharesList($("#workspace aside.files"), api);
       this.sessions = new SessionsPanel($("#workspace"), api, {
         onSelect: (session) => this.openSession(session),
         onDeleted: (id) => this.dropSession(id),
@@ -226,7 +228,10 @@ class App {
       view = { session, lastEventId: 0, stream: null, timeline: new Timeline({
         onDecide: (id, decision) => this.api.post(`/v1/approvals/${encodeURIComponent(id)}`,
           { decision }),
-        onChange: () => this.files.refreshSoon(),
+        onChange: () => {
+          this.files.refreshSoon();
+          this.shares.refreshSoon();
+        },
         loadImage: (path, type) => imageUrl(this.api, session.id, path, type),
         findWritten: (since, until) => writtenImages(this.api, session.id, since, until),
         onTurn: (running) => {
@@ -247,6 +252,7 @@ class App {
     $("#runbox").hidden = false;
     $("#upload-form").hidden = false;
     this.files.show(session.id);
+    this.shares.show(session.id);
     this.connect(view);
     this.renderPending();
   }

@@ -4,6 +4,7 @@
 
 import { h } from "./dom.js";
 import { decorateCode } from "./markdown.js";
+import { renderLinks } from "./published.js";
 
 const OUTPUT_CAP = 200_000; // characters kept on screen per card; the full copy stays in files
 const COLLAPSE_LINES = 14; // longer output starts collapsed to its tail
@@ -141,6 +142,7 @@ export class ToolCard {
       this.error.hidden = false;
     }
     this.renderFooter(result);
+    renderLinks(this.images, result); // share_file's link, content_publish's view
     this.showImages(result, endTs);
   }
 
