@@ -102,8 +102,9 @@ def test_published_content_is_served_inline_under_a_sandbox_csp(server: Server) 
         user.put(f"/v1/sessions/{session}/files/notes.md", content=b"# Title\n\n*hi*\n")
         user.put(f"/v1/sessions/{session}/files/plot.png", content=png)
         user.put(f"/v1/sessions/{session}/files/data.bin", content=b"\x00\x01")
+        user.put(f"/v1/sessions/{session}/files/paper", content=b"%PDF-1.4\n%%EOF\n")
         pub = {name: _call(user, session, "content_publish", path=name)
-               for name in ("page.html", "notes.md", "plot.png", "data.bin")}
+               for name in ("page.html", "notes.md", "plot.png", "data.bin", "paper")}
     assert not pub["data.bin"]["ok"] and "not an image" in pub["data.bin"]["error"]
     kinds = {n: pub[n]["metadata"]["published"]["kind"] for n in ("page.html", "notes.md",
                                                                   "plot.png")}
@@ -118,6 +119,8 @@ def test_published_content_is_served_inline_under_a_sandbox_csp(server: Server) 
         assert "content-disposition" not in page.headers
         image = anyone.get(pub["plot.png"]["metadata"]["published"]["url"])
         assert image.headers["content-type"] == "image/png" and image.content == png
+        pdf = anyone.get(pub["paper"]["metadata"]["published"]["url"])
+        assert pdf.headers["content-type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
         md = anyone.get(pub["notes.md"]["metadata"]["published"]["url"])
         assert md.text.startswith("# Title") and md.headers["x-content-type-options"] == "nosniff"
         assert md.headers["content-security-policy"].startswith("sandbox;")
