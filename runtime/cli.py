@@ -8,6 +8,7 @@ from runtime.commands import (
     audit,
     backup,
     bench,
+    cluster,
     doctor,
     exec_cmd,
     images,
@@ -39,6 +40,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(models.app, name="models")
 app.add_typer(mcp.app, name="mcp")
 app.add_typer(secrets.app, name="secrets")
+app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:

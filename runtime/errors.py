@@ -19,11 +19,12 @@
     ├── AuditIntegrityError         the chain does not verify
     ├── LLMError                    the model server answered badly (502)
     │   └── LLMUnavailable          no model server answered (503)
-    └── SandboxError                the sandbox broke (not: the user's program failed)
-        ├── EngineUnavailable       Docker engine unreachable
-        ├── RuntimeUnavailable      the policy's runtime tier is not on the engine (503)
-        ├── ImageMissing            sandbox image not built
-        └── ImageBuildError         a sandbox image could not be built
+    ├── SandboxError                the sandbox broke (not: the user's program failed)
+    │   ├── EngineUnavailable       Docker engine unreachable
+    │   ├── RuntimeUnavailable      the policy's runtime tier is not on the engine (503)
+    │   ├── ImageMissing            sandbox image not built
+    │   └── ImageBuildError         a sandbox image could not be built
+    └── ClusterError                the local cluster could not be built, read or ended
 """
 
 from __future__ import annotations
@@ -144,3 +145,9 @@ class ImageMissing(SandboxError):
 
 class ImageBuildError(SandboxError):
     code = "image_build_failed"
+
+
+class ClusterError(NaviError):
+    """`navi cluster local`: a namespace, engine or Ray process could not be made or ended."""
+
+    code = "cluster_error"

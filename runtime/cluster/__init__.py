@@ -1,0 +1,1 @@
+"""A Navi cluster on Ray; `local` builds a real multi-node one on a single machine."""
