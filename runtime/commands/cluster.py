@@ -25,7 +25,14 @@ DirOption = Annotated[
     Path | None,
     typer.Option("--dir", help="The cluster's files (default: <NAVI_DATA_DIR>/cluster)."),
 ]
-DEFAULT_IMAGES = ["navi/*:latest"]
+
+
+def _sandbox_images() -> list[str]:
+    """The sandbox images (navi/python:latest, …): what a node runs, nothing else."""
+    from runtime.sandbox.docker.image_spec import IMAGES_DIR, discover
+    from runtime.sandbox.docker.images import image_ref
+
+    return [image_ref(name) for name in discover(IMAGES_DIR)]
 
 
 def _dir(directory: Path | None) -> Path:
@@ -43,7 +50,8 @@ def up(
     directory: DirOption = None,
     image: Annotated[
         list[str] | None,
-        typer.Option("--image", help="Host images to copy to each node (default navi/*:latest)."),
+        typer.Option("--image", help="A host image to copy to each node (default: the sandbox "
+                     "images)."),
     ] = None,
 ) -> None:
     """Start a Ray head and NODES nodes, each in its own network namespace and Docker engine."""
@@ -53,7 +61,7 @@ def up(
         typer.echo(line, err=True)
 
     try:
-        state = local.up(_dir(directory), nodes, image or DEFAULT_IMAGES, say)
+        state = local.up(_dir(directory), nodes, image or _sandbox_images(), say)
     except local.AlreadyUp as already:
         say(f"a local cluster is already up in {already.state.dir}")
         state = already.state
