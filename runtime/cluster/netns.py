@@ -1,9 +1,12 @@
 """Network namespaces and veth pairs for the local cluster's nodes, and the processes in them.
 
-Addresses come from 10.213.0.0/16 only: slot K (one local cluster) uses 10.213.K.0/24 and
-node i (from 1) the /30 at 10.213.K.4(i-1); the host end is .1 of it, the node end .2. The
-only route added is, in a node's namespace, the head's address over that node's own veth:
-nothing is routed anywhere else and no host firewall or forwarding setting is touched.
+Addresses are link-local (169.254.0.0/16: never routed, meant for one link; the project's
+rules keep tests off the private ranges 10/8, 172.16/12 and 192.168/16): slot K (one local
+cluster) uses 169.254.(100+K).0/24 and node i (from 1) the /30 at .4(i-1) of it; the host end
+is .1 of that /30, the node end .2. The only route added is, in a node's namespace, the head's
+address over that node's own veth: nothing is routed anywhere else and no host firewall or
+forwarding setting is touched. (169.254.169.254, the cloud metadata address, is never used:
+slots stop at 163.)
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 
 from runtime.errors import ClusterError
 
-NET_PREFIX = "10.213"
+NET_PREFIX = "169.254"
+SLOT_OFFSET = 100  # slot K is 169.254.(100+K).0/24
 NETNS_DIR = Path("/run/netns")
 MAX_SLOTS = 64
 MAX_NODES = 63
@@ -37,7 +41,8 @@ def veth_name(slot: int, node: int) -> str:
 def addresses(slot: int, node: int) -> tuple[str, str]:
     """(host end, node end) of node's /30."""
     base = 4 * (node - 1)
-    return f"{NET_PREFIX}.{slot}.{base + 1}", f"{NET_PREFIX}.{slot}.{base + 2}"
+    third = SLOT_OFFSET + slot
+    return f"{NET_PREFIX}.{third}.{base + 1}", f"{NET_PREFIX}.{third}.{base + 2}"
 
 
 def slot_in_use(slot: int) -> bool:
