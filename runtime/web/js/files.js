@@ -3,15 +3,15 @@
 
 import { segment, describeError } from "./api.js";
 import { h, clear, formatBytes, formatTime, toast } from "./dom.js";
+import { SessionListing } from "./session_listing.js";
 
 const IMAGE_TYPES = { png: "image/png", jpg: "image/jpeg", jpeg: "image/jpeg", gif: "image/gif",
   webp: "image/webp" };
 const PREVIEW_MAX_BYTES = 8 * 1024 * 1024;
 
-export class FilesPanel {
+export class FilesPanel extends SessionListing {
   constructor(root, api) {
-    this.api = api;
-    this.session = null;
+    super(api);
     this.urls = [];
     this.list = root.querySelector("#file-list");
     this.status = root.querySelector("#files-status");
@@ -24,39 +24,14 @@ export class FilesPanel {
       this.upload();
     });
     this.refreshButton.addEventListener("click", () => this.refresh());
-    this.pending = null;
   }
 
   base() {
     return `/v1/sessions/${encodeURIComponent(this.session)}/files`;
   }
 
-  show(sessionId) {
-    this.session = sessionId;
-    this.refresh();
-  }
-
-  // Many events can ask for a refresh at once: coalesce them.
-  refreshSoon() {
-    if (this.pending) return;
-    this.pending = setTimeout(() => {
-      this.pending = null;
-      this.refresh();
-    }, 300);
-  }
-
-  async refresh() {
-    if (!this.session) return;
-    const session = this.session;
-    let entries;
-    try {
-      entries = await this.api.get(this.base());
-    } catch (err) {
-      this.status.textContent = `Could not list files: ${describeError(err)}`;
-      return;
-    }
-    if (session !== this.session) return;
-    this.render(Array.isArray(entries) ? entries : []);
+  listFailed(err) {
+    this.status.textContent = `Could not list files: ${describeError(err)}`;
   }
 
   render(entries) {

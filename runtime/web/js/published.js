@@ -7,6 +7,7 @@
 import { describeError } from "./api.js";
 import { copyButton, renderMarkdown } from "./markdown.js";
 import { h, clear, formatTime, toast } from "./dom.js";
+import { SessionListing } from "./session_listing.js";
 
 const LINK_PATH = /^\/v1\/(shared|published)\/[A-Za-z0-9_-]{20,128}$/;
 
@@ -64,47 +65,21 @@ function sharedView(item) {
 }
 
 // The session's live links, under its files: kind, path, downloads, expiry, Revoke.
-export class SharesList {
+export class SharesList extends SessionListing {
   constructor(root, api) {
-    this.api = api;
-    this.session = null;
+    super(api);
     this.list = h("ul", { class: "file-list share-list", id: "share-list" });
     this.title = h("h3", { text: "Shared links", id: "shares-title" });
     this.el = h("section", { class: "shares", "aria-labelledby": "shares-title", hidden: true },
       this.title, this.list);
     root.append(this.el);
-    this.pending = null;
   }
 
   base() {
     return `/v1/sessions/${encodeURIComponent(this.session)}/shares`;
   }
 
-  show(sessionId) {
-    this.session = sessionId;
-    this.refresh();
-  }
-
-  refreshSoon() {
-    if (this.pending) return;
-    this.pending = setTimeout(() => {
-      this.pending = null;
-      this.refresh();
-    }, 300);
-  }
-
-  async refresh() {
-    if (!this.session) return;
-    const session = this.session;
-    let rows;
-    try {
-      rows = await this.api.get(this.base());
-    } catch {
-      return; // the files panel says when the session cannot be read
-    }
-    if (session !== this.session) return;
-    this.render(Array.isArray(rows) ? rows : []);
-  }
+  // listFailed: nothing to say, the files panel says when the session cannot be read
 
   render(rows) {
     clear(this.list);
