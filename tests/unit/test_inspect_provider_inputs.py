@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from runtime.bridges.inspect_sandbox import NaviSandboxEnvironment
+from runtime.client import AsyncNaviClient
 from tests.unit.test_api_roles import Api, api  # noqa: F401
 
 
@@ -19,7 +20,9 @@ async def _sandbox(api: Api) -> tuple[NaviSandboxEnvironment, httpx.AsyncClient]
     client = api.client(token)
     resp = await client.post("/v1/sessions", json={})
     assert resp.status_code == 201, resp.text
-    return NaviSandboxEnvironment(client, resp.json()["id"]), client
+    navi = AsyncNaviClient("http://navi.test", token,
+                           transport=httpx.ASGITransport(app=api.app))
+    return NaviSandboxEnvironment(navi, resp.json()["id"]), client
 
 
 async def test_file_names_with_url_characters_are_the_files_named(
@@ -35,6 +38,7 @@ async def test_file_names_with_url_characters_are_the_files_named(
         assert sorted(e["path"] for e in listed) == sorted(names)
     finally:
         await client.aclose()
+        await env.client.aclose()
 
 
 async def test_an_env_name_with_a_newline_is_refused(api: Api) -> None:  # noqa: F811
@@ -44,3 +48,4 @@ async def test_an_env_name_with_a_newline_is_refused(api: Api) -> None:  # noqa:
             await env.exec(["true"], env={"FOO\n": "x"})
     finally:
         await client.aclose()
+        await env.client.aclose()
