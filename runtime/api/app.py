@@ -32,6 +32,7 @@ from runtime.api.routes import (
     sessions,
 )
 from runtime.api.routes import messages as message_routes
+from runtime.api.routes import profiles as profile_routes
 from runtime.api.routes import (
     secrets as secret_routes,
 )
@@ -167,7 +168,8 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     app.add_middleware(AccessLog)  # outermost of ours: sees every answer, logs after it
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
-                   message_routes.router, secret_routes.router, share_routes.router):
+                   message_routes.router, secret_routes.router, share_routes.router,
+                   profile_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

@@ -18,8 +18,11 @@ def sign_in(page: Page, token: str, url: str = "/") -> None:
 
 def new_session(page: Page, profile: str = "") -> str:
     before = page.locator(".session-open").count()
-    if profile:
-        page.get_by_label("Profile").fill(profile)
+    if profile:  # the list of the profiles a new session may take (GET /v1/profiles)
+        page.wait_for_function(
+            "p => [...document.querySelectorAll('#profile-input option')]"
+            ".some(o => o.value === p)", arg=profile)
+        page.get_by_label("Profile", exact=True).select_option(profile)
     page.get_by_role("button", name="New session").click()
     page.wait_for_function(
         "n => document.querySelectorAll('.session-open').length > n", arg=before)

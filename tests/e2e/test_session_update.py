@@ -73,6 +73,10 @@ def test_rename_is_validated_audited_and_tenant_bound(server: Server) -> None:
 def test_profiles_listed_and_switched(server: Server) -> None:
     tenant, user = server.tenant_with_user()
     with server.client(user) as client:
+        # what a new session may take: the tenant's profiles for this role, its default active
+        offered = client.get("/v1/profiles").json()
+        assert [(p["name"], p["active"]) for p in offered] == [
+            ("developer", True), ("reviewer", False)]
         sid = client.post("/v1/sessions", json={}).json()["id"]
         listed = client.get(f"/v1/sessions/{sid}/profiles").json()
         assert [(p["name"], p["active"]) for p in listed] == [

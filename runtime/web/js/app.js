@@ -156,7 +156,7 @@ class App {
         onDeleted: (id) => this.dropSession(id),
         onCreated: () => $("#message-input").focus(), // the next thing to do
       });
-      if (this.role === "admin") this.loadProfiles();
+      this.sessions.loadProfiles();
       const sessions = await this.sessions.refresh();
       this.showView("workspace");
       const wanted = sessionInUrl();
@@ -190,16 +190,6 @@ class App {
     this.sessionAudit.show(null);
     this.setUrl(null, { replace: true });
     this.showSignIn(message);
-  }
-
-  async loadProfiles() {
-    try {
-      const { policy } = await this.api.get("/v1/policies");
-      const names = Object.keys((policy && policy.profiles) || {});
-      if (names.length) this.sessions.setProfiles(names);
-    } catch {
-      // not essential: the profile field still takes any name
-    }
   }
 
   showView(name) {

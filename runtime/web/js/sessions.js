@@ -13,7 +13,6 @@ export class SessionsPanel {
     this.list = root.querySelector("#session-list");
     this.form = root.querySelector("#new-session-form");
     this.profile = root.querySelector("#profile-input");
-    this.profiles = root.querySelector("#profile-options");
     this.current = null;
     this.sessions = [];
     this.form.addEventListener("submit", (ev) => {
@@ -22,9 +21,22 @@ export class SessionsPanel {
     });
   }
 
-  setProfiles(names) {
-    clear(this.profiles);
-    for (const name of names) this.profiles.append(h("option", { value: name }));
+  // The profiles a new session may take (GET /v1/profiles), the default one selected; if they
+  // cannot be read, the one choice left is the server's default.
+  async loadProfiles() {
+    let profiles = [];
+    try {
+      profiles = await this.api.get("/v1/profiles");
+    } catch {
+      return;
+    }
+    if (!Array.isArray(profiles) || !profiles.length) return;
+    clear(this.profile);
+    for (const p of profiles) {
+      const label = p.description ? `${p.name} — ${p.description}` : p.name;
+      this.profile.append(h("option", { value: p.name, text: label }));
+      if (p.active) this.profile.value = p.name;
+    }
   }
 
   async refresh() {
@@ -36,8 +48,6 @@ export class SessionsPanel {
       return this.sessions;
     }
     this.sessions.sort((a, b) => (b.created_at || 0) - (a.created_at || 0));
-    const known = new Set(["developer", ...this.sessions.map((s) => s.profile)]);
-    if (!this.profiles.children.length) this.setProfiles([...known]);
     this.render();
     return this.sessions;
   }
@@ -82,7 +92,7 @@ export class SessionsPanel {
   }
 
   async create() {
-    const profile = this.profile.value.trim();
+    const profile = this.profile.value;
     const button = this.form.querySelector("button[type=submit]");
     button.disabled = true;
     try {
