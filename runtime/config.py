@@ -121,9 +121,12 @@ class Settings(BaseSettings):
     search_url: str | None = Field(
         None, description="SearXNG-compatible JSON search endpoint for `web_search`, e.g. "
         "http://searxng:8080/search (its host must be granted to the tool by the policy).")
+    otel_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector (e.g. http://127.0.0.1:4318): turns, model "
+        "calls, tool calls and executions are exported as OpenTelemetry spans (unset: off).")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
-                     "persona", "search_url", mode="before")
+                     "persona", "search_url", "otel_endpoint", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

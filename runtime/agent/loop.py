@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime import tracing
 from runtime.agent.caps import ANSWER_TEXT, STORED_THINKING, clip
 from runtime.agent.context import ContextBuilder
 from runtime.agent.deps import AgentDeps
@@ -85,6 +86,20 @@ class Turn:
         next message never finds this turn still registered."""
 
     async def run(self) -> None:
+        s = self.s
+        with tracing.span(f"invoke_agent {s.profile.name}", {
+                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": s.profile.name,
+                "gen_ai.conversation.id": s.subject.session, "gen_ai.request.model": s.model,
+                "navi.tenant": s.subject.tenant, "navi.session": s.subject.session,
+                "navi.turn_id": s.turn_id, "navi.parent_call": s.parent_call}) as span:
+            await self._run()
+            tracing.annotate(span, {
+                "navi.stop_reason": self.ended[0] if self.ended else None,
+                "navi.iterations": self.iterations,
+                "gen_ai.usage.input_tokens": self.usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": self.usage.completion_tokens})
+
+    async def _run(self) -> None:
         s = self.s
         model_for = getattr(s.backend, "model_for", None)
         self.events.emit(StreamStart(
@@ -218,6 +233,19 @@ class Turn:
                                tool_call_id=call.id, tool_name=call.name, meta=meta)
 
     async def _ask(self, request: llm.ChatRequest) -> Answer:
+        with tracing.span(f"chat {request.model}", {
+                "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.s.backend.name,
+                "gen_ai.system": self.s.backend.name, "gen_ai.request.model": request.model,
+                "gen_ai.request.temperature": request.temperature,
+                "navi.iteration": self.iterations}) as span:
+            answer = await self._answer(request)
+            tracing.annotate(span, {
+                "gen_ai.usage.input_tokens": answer.usage.prompt_tokens or None,
+                "gen_ai.usage.output_tokens": answer.usage.completion_tokens or None,
+                "navi.tool_calls": len(answer.calls), "navi.too_long": answer.too_long})
+        return answer
+
+    async def _answer(self, request: llm.ChatRequest) -> Answer:
         answer = Answer()
         text = self._live = []
         thinking: list[str] = []

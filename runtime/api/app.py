@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.routing import Route
 
-from runtime import __version__
+from runtime import __version__, tracing
 from runtime.agent import AgentService
 from runtime.agent.recovery import close_interrupted_turns
 from runtime.agent.reflect import Reflector
@@ -146,7 +146,12 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        services = await start_services(settings, backend)
+        tracing.setup(settings.otel_endpoint)
+        try:
+            services = await start_services(settings, backend)
+        except BaseException:
+            tracing.shutdown()
+            raise
         app.state.services = services
         log.info("ready", policy=str(settings.policy), data_dir=str(settings.data_dir))
         try:
@@ -155,6 +160,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
         finally:
             await services.close()
             await asyncio.sleep(0)
+            await asyncio.to_thread(tracing.shutdown)  # flushes what is queued
 
     app = FastAPI(
         title="Navi Runtime",

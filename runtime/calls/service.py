@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from runtime import tracing
 from runtime.calls.caps import EVENT_ERROR, EVENT_TEXT, clip
 from runtime.calls.images import image_refs
 from runtime.calls.live_output import LiveOutput
@@ -141,6 +142,19 @@ class SessionToolCall:
             exec_id=request.exec_id, code=code, **_origin(request)))
 
     async def __call__(self, subject: Subject, request: CallRequest) -> ToolResult:
+        tool = request.tool[:TOOL_NAME_SHOWN]
+        with tracing.span(f"execute_tool {tool}", {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": request.origin.call_id, "navi.tenant": subject.tenant,
+                "navi.session": subject.session, "navi.exec_id": request.exec_id,
+                "navi.turn_id": request.origin.turn_id}) as span:
+            result = await self._call(subject, request)
+            run = result.execution
+            tracing.annotate(span, {"navi.success": result.success,
+                                    "navi.audit_seq": run.audit_seq if run else None})
+            return result
+
+    async def _call(self, subject: Subject, request: CallRequest) -> ToolResult:
         bus = self.hub.bus(subject.session)
         try:
             tool = await self.registry.lookup(request.tool, subject)

@@ -9,9 +9,11 @@ is `runtime.executor.recorder`. This module puts them in order and keeps the pub
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
+from runtime import tracing
 from runtime.audit.records import AuditEntry, StateChange
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
@@ -68,20 +70,44 @@ class Executor:
         base = gate.base(subject, action, exec_id)
         with structlog.contextvars.bound_contextvars(
             tenant=subject.tenant, session=subject.session, exec_id=exec_id
-        ):
-            slot = await gate.admit(subject, base)
+        ), tracing.span(f"navi.exec {action.tool}", {
+            "navi.tenant": subject.tenant, "navi.session": subject.session,
+            "navi.tool": action.tool, "navi.exec_id": exec_id, "navi.profile": subject.profile,
+            "navi.tool_hash": action.tool_hash,
+        }) as span:
+            outcome = await self._execute(subject, action, invocation, base, on_output,
+                                          approver)
+            if span is None:  # tracing off
+                return outcome
+            result = outcome.result
+            tracing.annotate(span, {
+                "navi.runtime": outcome.decision.limits.runtime,
+                "navi.image": outcome.decision.image, "navi.rule": outcome.decision.rule,
+                "navi.exit_code": result.exit_code, "navi.timed_out": result.timed_out,
+                "navi.duration_ms": result.duration_ms, "navi.audit_seq": outcome.audit_seq,
+                "navi.intent_seq": outcome.intent_seq,
+                "navi.stdout_size": result.stdout_size or len(result.stdout),
+                "navi.stderr_size": result.stderr_size or len(result.stderr)})
+            return outcome
+
+    async def _execute(
+        self, subject: Subject, action: Action, invocation: Invocation | InvocationFor,
+        base: dict[str, Any], on_output: OutputCallback | None, approver: Approver | None,
+    ) -> ExecOutcome:
+        gate = self.admission
+        slot = await gate.admit(subject, base)
+        try:
             try:
-                try:
-                    decision = await gate.decide(subject, action, base, approver)
-                    if not isinstance(invocation, Invocation):
-                        invocation = await gate.build(invocation, decision, base)
-                except BaseException:  # refused (or failed) before it started: a refused
-                    slot.refund()      # call spends no execs_per_minute of its tenant
-                    raise
-                return await self.recorder.run(subject, action, invocation, decision, base,
-                                               on_output, gate.deny)
-            finally:
-                slot.release()
+                decision = await gate.decide(subject, action, base, approver)
+                if not isinstance(invocation, Invocation):
+                    invocation = await gate.build(invocation, decision, base)
+            except BaseException:  # refused (or failed) before it started: a refused
+                slot.refund()      # call spends no execs_per_minute of its tenant
+                raise
+            return await self.recorder.run(subject, action, invocation, decision, base,
+                                           on_output, gate.deny)
+        finally:
+            slot.release()
 
     async def authorize(
         self, subject: Subject, action: Action, *, approver: Approver | None = None
