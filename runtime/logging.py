@@ -26,7 +26,6 @@ def escape_control(value: str) -> str:
     return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
 
 
-_escape = escape_control  # old name, for runtime/commands/exec_cmd.py until its rewrite lands
 
 
 def escape_control_chars(

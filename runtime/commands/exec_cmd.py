@@ -47,7 +47,7 @@ from runtime.errors import (
 )
 from runtime.events import EventHub, SessionEventBus
 from runtime.executor import Executor
-from runtime.logging import _escape, configure_logging
+from runtime.logging import configure_logging, escape_control
 from runtime.metrics import Metrics
 from runtime.policy import Action, Decision, PolicyEngine, Subject, load_policy
 from runtime.policy.decision import Role
@@ -83,7 +83,7 @@ def _backend(settings: Settings, workspace: Path | None) -> SandboxBackend:
 async def _tty_approver(subject: Subject, action: Action, decision: Decision) -> bool:
     prompt = (f"policy asks for approval ({decision.rule}): {decision.reason}. Run "
               f"{action.tool}?")
-    return await asyncio.to_thread(typer.confirm, _escape(prompt), default=False, err=True)
+    return await asyncio.to_thread(typer.confirm, escape_control(prompt), default=False, err=True)
 
 
 async def _write(chunk: OutputChunk) -> None:
@@ -209,5 +209,5 @@ def _fail(exc: NaviError, as_json: bool) -> NoReturn:
         typer.echo(json.dumps({"error": body}))
     else:
         for line in text.splitlines() or [""]:
-            typer.echo(f"navi exec: {_escape(line)}", err=True)
+            typer.echo(f"navi exec: {escape_control(line)}", err=True)
     raise typer.Exit(code)
