@@ -20,7 +20,8 @@ def test_profile_switch_shows_the_active_one_and_the_next_call_runs_under_it(
     sign_in(page, tenant.user)
     sid = new_session(page)
     select = page.get_by_label("Runs under")
-    page.wait_for_function("document.querySelectorAll('#session-profile option').length === 2")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#session-profile option').length === 2")
     assert select.locator("option").all_inner_texts() == ["developer", "reviewer"]
     assert select.input_value() == "developer"
     select.select_option("reviewer")
@@ -34,21 +35,21 @@ def test_profile_switch_shows_the_active_one_and_the_next_call_runs_under_it(
     snap(page, "profile_switched")
     page.reload()
     page.locator("#conn[data-state=open]").wait_for()
-    page.wait_for_function("document.querySelector('#session-profile').value === 'reviewer'")
+    page.wait_for_function("() => document.querySelector('#session-profile').value === 'reviewer'")
 
 
 def test_a_new_session_takes_a_profile_from_the_list_it_may_use(
         page, server: Server, tenant: Tenant) -> None:
     sign_in(page, tenant.user)
     choice = page.get_by_label("Profile", exact=True)
-    page.wait_for_function("document.querySelectorAll('#profile-input option').length === 2")
+    page.wait_for_function("() => document.querySelectorAll('#profile-input option').length === 2")
     assert [o.split(" — ")[0] for o in choice.locator("option").all_inner_texts()] == [
         "developer", "reviewer"]  # the tenant's profiles for this role, not free text
     assert choice.input_value() == "developer"  # the tenant's default, selected
     sid = new_session(page, profile="reviewer")
     with server.client(tenant.user) as client:
         assert client.get(f"/v1/sessions/{sid}").json()["profile"] == "reviewer"
-    page.wait_for_function("document.querySelector('#session-profile').value === 'reviewer'")
+    page.wait_for_function("() => document.querySelector('#session-profile').value === 'reviewer'")
 
 
 def test_title_from_the_first_message_renamed_by_keyboard_survives_reload(

@@ -86,7 +86,7 @@ def test_keyboard_only_sign_in_and_new_session(page, server: Server, tenant: Ten
     page.keyboard.press("Enter")
     page.locator(".session-open[aria-current=true]").wait_for()
     page.locator("#conn[data-state=open]").wait_for()
-    page.wait_for_function("document.activeElement.id === 'message-input'")  # next step
+    page.wait_for_function("() => document.activeElement.id === 'message-input'")  # next step
 
 
 def test_every_control_has_a_label(page, server: Server, tenant: Tenant) -> None:

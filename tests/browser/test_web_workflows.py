@@ -323,6 +323,6 @@ def test_sub_agent_steps_nest_in_their_card_and_the_profile_shows(
     # the sub-agent's own call is inside the spawn card, not a card of its own
     assert page.locator(".tool-card[data-tool=code_exec]").count() == 0
     assert page.locator(".msg.assistant").count() == 1  # its answer is not a second reply
-    page.wait_for_function("document.querySelector('#session-profile').value === 'reviewer'")
+    page.wait_for_function("() => document.querySelector('#session-profile').value === 'reviewer'")
     page.locator(".notice", has_text="Profile: developer → reviewer").wait_for()
     snap(page, "sub_agent_nested")
