@@ -13,7 +13,9 @@
     │   └── PolicyDenied            the policy engine said deny (403, names the rule)
     ├── NotFound                    unknown, or another tenant's (404)
     ├── Conflict                    state does not allow it (409)
+    │   └── SessionBusy             a call or file operation holds the session (409 session_busy)
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
+    │   ├── DiskQuotaBusy           the tenant's quota is held by sessions in use (429 disk_quota)
     │   └── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
@@ -95,12 +97,22 @@ class Conflict(NaviError):
     code = "conflict"
 
 
+class SessionBusy(Conflict):
+    code = "session_busy"
+
+
 class QuotaExceeded(NaviError):
     code = "quota_exceeded"
 
     def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
         super().__init__(message, retry_after=retry_after, **details)
         self.retry_after = retry_after
+
+
+class DiskQuotaBusy(QuotaExceeded):
+    """The tenant's disk quota is full of sessions in use: none could be released for this."""
+
+    code = "disk_quota"
 
 
 class RefusalRateExceeded(QuotaExceeded):
