@@ -10,7 +10,8 @@
     ├── Unauthorized                missing or bad token (401)
     │   └── TokenRevoked            a running turn's token was revoked or expired
     ├── Forbidden                   wrong role (403)
-    │   └── PolicyDenied            the policy engine said deny (403, names the rule)
+    │   ├── PolicyDenied            the policy engine said deny (403, names the rule)
+    │   └── PermissionDenied        a session file's mode bits refuse the sandbox uid (403)
     ├── NotFound                    unknown, or another tenant's (404)
     ├── Conflict                    state does not allow it (409)
     │   └── SessionBusy             a call or file operation holds the session (409 session_busy)
@@ -87,6 +88,13 @@ class PolicyDenied(Forbidden):
     def __init__(self, message: str, *, rule: str, **details: Any) -> None:
         super().__init__(message, rule=rule, **details)
         self.rule = rule
+
+
+class PermissionDenied(Forbidden):
+    """The files API acts as the sandbox uid: what the sandbox made unreadable or read-only
+    is refused to it too."""
+
+    code = "permission_denied"
 
 
 class NotFound(NaviError):

@@ -21,7 +21,14 @@ import platform
 import stat
 from typing import Literal, NoReturn
 
-from runtime.errors import Conflict, DiskQuotaExceeded, InvalidPath, NotFound, PayloadTooLarge
+from runtime.errors import (
+    Conflict,
+    DiskQuotaExceeded,
+    InvalidPath,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+)
 
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -114,8 +121,8 @@ def oserror_to_navi(exc: OSError, shown: str) -> Exception:
         return DiskQuotaExceeded("the session's disk quota is used up (no space left)")
     if code == errno.EFBIG:
         return PayloadTooLarge("file too large")
-    if code in (errno.EACCES, errno.EPERM):
-        return InvalidPath(f"invalid path: not accessible: {shown}")
+    if code in (errno.EACCES, errno.EPERM):  # the sandbox uid's mode bits say no
+        return PermissionDenied(f"permission denied: {shown}")
     return exc
 
 

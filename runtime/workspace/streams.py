@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from runtime.errors import InvalidPath, PayloadTooLarge
+from runtime.workspace.actas import acting_as, as_owner
 from runtime.workspace.fs import Resolver, classify, raise_mapped
 from runtime.workspace.models import FileEntry
 from runtime.workspace.paths import RESERVED_PREFIX
@@ -72,14 +73,24 @@ class FileReader:
         self.close()
 
 
-def check_replaceable(resolver: Resolver, dir_fd: int, name: str, shown: str) -> int:
-    """Size of the regular file at ``name`` (0 if absent); refuse anything else there."""
+def check_replaceable(resolver: Resolver, dir_fd: int, name: str, shown: str, *,
+                      writable: bool = False) -> int:
+    """Size of the regular file at ``name`` (0 if absent); refuse anything else there.
+    ``writable``: also refuse (403) a file the caller could not open for writing (the
+    sandbox's ``chmod -w`` binds the API too, though the replacement is a rename)."""
     try:
         st = resolver.lstat_child(dir_fd, name)
     except FileNotFoundError:
         return 0
     if classify(st, shown) == "dir":
         raise InvalidPath(f"invalid path: is a directory: {shown}")
+    if writable:
+        try:
+            os.close(resolver.open_child(dir_fd, name, os.O_WRONLY | os.O_NONBLOCK))
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise_mapped(exc, shown)
     return st.st_size
 
 
@@ -100,6 +111,7 @@ class AtomicWriter:
         too_large: Callable[[], PayloadTooLarge],
         owner: tuple[int, int] | None,
         mode: int = 0o660,
+        acting: tuple[int, int] | None = None,
     ) -> None:
         self._resolver = resolver
         self._dir_fd = dir_fd
@@ -109,12 +121,14 @@ class AtomicWriter:
         self._too_large = too_large
         self._owner = owner
         self._mode = mode
+        self.acting = acting  # the workspace's fsuid/fsgid: commit and abort run as it too
         self._tmp = RESERVED_PREFIX + secrets.token_hex(8)
         self.written = 0
         self.result: FileEntry | None = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            self._fd = os.open(self._tmp, flags, 0o600, dir_fd=dir_fd)
+            with acting_as(acting):
+                self._fd = os.open(self._tmp, flags, 0o600, dir_fd=dir_fd)
         except OSError as exc:
             os.close(dir_fd)
             self._dir_fd = -1
@@ -141,6 +155,7 @@ class AtomicWriter:
             self.abort()
             raise_mapped(exc, self._shown)
 
+    @as_owner
     def commit(self) -> FileEntry:
         """Make the file visible under its name; returns its entry (idempotent)."""
         if self.result is not None:
@@ -168,6 +183,7 @@ class AtomicWriter:
         self.result = FileEntry(path=self._shown, size=st.st_size, mtime=st.st_mtime)
         return self.result
 
+    @as_owner
     def abort(self) -> None:
         """Discard the temporary file (idempotent)."""
         if self._fd >= 0:

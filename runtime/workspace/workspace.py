@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runtime.errors import Conflict, DiskQuotaExceeded, InvalidPath, PayloadTooLarge
+from runtime.workspace.actas import as_owner
 from runtime.workspace.fs import DIR_FLAGS, READ_FLAGS, Resolver, classify, raise_mapped
 from runtime.workspace.models import FileEntry, FileStat, WorkspaceLimits
 from runtime.workspace.paths import join_parts, split_path
@@ -38,8 +39,11 @@ class Workspace:
         owner: tuple[int, int] | None = None,
         use_openat2: bool | None = None,
         own_disk: bool = False,
+        acting: tuple[int, int] | None = None,
     ) -> None:
         self._root_fd = root_fd
+        # every operation runs with these fsuid/fsgid (the sandbox's): its mode bits bind us
+        self.acting = acting
         self.own_disk = own_disk  # on a filesystem of its own: its free space is the limit
         try:
             self._resolver = Resolver(root_fd, use_openat2=use_openat2)
@@ -96,6 +100,7 @@ class Workspace:
 
     # -- reading -----------------------------------------------------------------------------
 
+    @as_owner
     def stat(self, path: str) -> FileStat:
         """Kind, size and mtime of a file or directory (``""`` is the workspace itself)."""
         parts = split_path(path, allow_root=True)
@@ -105,6 +110,7 @@ class Workspace:
         return FileStat(path=shown, kind=kind, size=st.st_size if kind == "file" else 0,
                         mtime=st.st_mtime)
 
+    @as_owner
     def open_read(self, path: str) -> FileReader:
         """Open a regular file for streaming (``reader.size`` for Content-Length)."""
         parts = split_path(path)
@@ -120,6 +126,7 @@ class Workspace:
             raise
         return FileReader(fd, shown, st)
 
+    @as_owner
     def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
         """The whole file; ``PayloadTooLarge`` above ``max_bytes`` (default: the limits')."""
         cap = self.limits.max_read_bytes if max_bytes is None else max_bytes
@@ -128,6 +135,7 @@ class Workspace:
                 raise PayloadTooLarge(f"file is larger than {cap} bytes", limit=cap)
             return reader.read()
 
+    @as_owner
     def list(self, path: str = "") -> list[FileEntry]:
         """Regular files under ``path``, recursively, sorted; never follows links.
 
@@ -151,6 +159,7 @@ class Workspace:
             os.close(fd)
         return sorted(found, key=lambda e: e.path)
 
+    @as_owner
     def usage_bytes(self) -> int:
         """Apparent size of all regular files (sparse files count fully: conservative)."""
         fd = self._live().open((), DIR_FLAGS)
@@ -167,6 +176,7 @@ class Workspace:
             os.close(fd)
         return total
 
+    @as_owner
     def disk_left(self, replaced: int = 0) -> int:
         """Bytes a new file may take: the free space of the session's own filesystem (the
         kernel's limit), else the configured limit less what the files hold."""
@@ -177,6 +187,7 @@ class Workspace:
 
     # -- writing -----------------------------------------------------------------------------
 
+    @as_owner
     def writer(self, path: str, *, expected_size: int | None = None,
                max_bytes: int | None = None) -> AtomicWriter:
         """An atomic writer for ``path`` (parents created), capped by the upload limit
@@ -189,7 +200,8 @@ class Workspace:
         file_cap = self.limits.max_file_bytes if max_bytes is None else max_bytes
         dir_fd = self._open_parent(parts, shown, create=True)
         try:
-            existing = check_replaceable(self._resolver, dir_fd, parts[-1], shown)
+            existing = check_replaceable(self._resolver, dir_fd, parts[-1], shown,
+                                         writable=True)
             disk_left = self.disk_left(existing)
         except BaseException:
             os.close(dir_fd)
@@ -209,8 +221,9 @@ class Workspace:
             os.close(dir_fd)
             raise too_large()
         return AtomicWriter(self._resolver, dir_fd, parts[-1], shown, budget=budget,
-                            too_large=too_large, owner=self.owner)
+                            too_large=too_large, owner=self.owner, acting=self.acting)
 
+    @as_owner
     def write_bytes(self, path: str, data: bytes | bytearray | Iterable[bytes], *,
                     max_bytes: int | None = None) -> FileEntry:
         """Atomically create or replace ``path`` with ``data`` (bytes or an iterable of chunks)."""
@@ -227,6 +240,7 @@ class Workspace:
             raise
         return out.commit()
 
+    @as_owner
     def mkdir(self, path: str) -> FileStat:
         """Create ``path`` and missing parents (``0o770``, sandbox-owned); fine if it exists."""
         parts = split_path(path)
@@ -238,6 +252,7 @@ class Workspace:
         st = _stat_and_close(fd)
         return FileStat(path=shown, kind="dir", size=0, mtime=st.st_mtime)
 
+    @as_owner
     def delete(self, path: str) -> None:
         """Remove a file, or a directory with everything in it (``shutil.rmtree``'s fd-based,
         symlink-attack-safe variant: links inside are unlinked, never followed)."""
@@ -257,6 +272,7 @@ class Workspace:
         finally:
             os.close(dir_fd)
 
+    @as_owner
     def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileStat:
         """Rename ``src`` to ``dst`` (parents of ``dst`` created). ``Conflict`` if ``dst``
         exists, unless ``overwrite`` and both are regular files."""
