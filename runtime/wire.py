@@ -36,6 +36,7 @@ class Execution(BaseModel):
     timeout_s: float | None = None
     runtime: Runtime | None = Field(
         None, description="the sandbox tier the call ran under (null: it started no container)")
+    node: str = "local"  # the cluster node it ran on
 
 
 class ExecOut(Execution):
@@ -52,6 +53,7 @@ class SessionOut(BaseModel):
     profile: str
     title: str | None = None
     created_at: float
+    node: str = "local"  # the cluster node it lives on
 
 
 class FileEntryOut(BaseModel):

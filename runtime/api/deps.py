@@ -116,6 +116,7 @@ async def subject_for(services: Services, principal: Principal, session: Session
     return Subject(tenant=principal.tenant_id, tenant_name=tenant_name, role=principal.role,
                    user=principal.token_id, profile=chosen,
                    session=session.id if session is not None else "none",
+                   node=session.node if session is not None else "local",
                    sandbox_uid=await services.sandbox_uid(principal.tenant_id))
 
 

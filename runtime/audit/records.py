@@ -10,7 +10,8 @@ Inputs and outputs are never stored, only their SHA-256 digest and size.
 
 ``action`` and ``object`` came later: a record written before them has neither in its body
 (its hash covers what it has, so it still verifies) and reads back as ``action="exec"``,
-``object=None``.
+``object=None``. ``node`` (the cluster node of an execution) likewise: absent before it, read
+back as ``None``.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class AuditEntry(BaseModel):
     parent_turn: str | None = Field(None, description="the turn whose sub-agent made the call")
     secrets: list[str] | None = Field(None, description="names of the secrets the call was "
                                       "given (never their values)")
+    node: str | None = Field(None, description="the cluster node an execution ran on")
 
     @field_validator("reason", "detail", "rule", "tool", "tenant", "user", "session", "exec_id",
                      "object")

@@ -167,7 +167,7 @@ def link_refs(metadata: dict[str, Any]) -> dict[str, LinkRef]:
 
 
 EXEC_EVENT_FIELDS = ("ok", "exit_code", "stdout", "stderr", "timed_out", "oom_killed",
-                     "truncated", "duration_ms", "audit_seq", "timeout_s", "runtime")
+                     "truncated", "duration_ms", "audit_seq", "timeout_s", "runtime", "node")
 
 
 class ToolResultEvent(SessionEvent):
@@ -198,6 +198,7 @@ class ToolResultEvent(SessionEvent):
     audit_seq: int | None = None
     timeout_s: float | None = None
     runtime: Runtime | None = None
+    node: str | None = None
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = _CALL_CONTEXT | {"code", "rule", "images",
                                                                  *LINK_FIELDS}
 

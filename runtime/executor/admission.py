@@ -41,7 +41,8 @@ class Admission:
         args_sha, args_size = digest_json(action.args)
         return {"tenant": subject.tenant, "user": subject.user, "session": subject.session,
                 "exec_id": exec_id, "tool": action.tool, "args_sha256": args_sha,
-                "args_size": args_size, "parent_turn": subject.parent_turn}
+                "args_size": args_size, "parent_turn": subject.parent_turn,
+                "node": subject.node}
 
     def with_memory(self, subject: Subject, action: Action) -> Action:
         """`action` with `first_use` and `approved_hash` filled from what this process has

@@ -46,6 +46,7 @@ class ExecOutcome(BaseModel):
     audit_seq: int = Field(description="seq of the outcome record")
     intent_seq: int
     timeout_s: float
+    node: str = "local"
 
     @property
     def ok(self) -> bool:
@@ -61,7 +62,7 @@ class ExecOutcome(BaseModel):
             stderr=r.stderr.decode("utf-8", errors="replace"),
             timed_out=r.timed_out, oom_killed=r.oom_killed, truncated=r.truncated,
             duration_ms=r.duration_ms, exec_id=self.exec_id, audit_seq=self.audit_seq,
-            timeout_s=self.timeout_s, runtime=self.decision.limits.runtime)
+            timeout_s=self.timeout_s, runtime=self.decision.limits.runtime, node=self.node)
 
     def public(self) -> dict[str, Any]:
         """`execution()` as JSON (tools' metadata)."""

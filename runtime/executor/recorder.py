@@ -3,9 +3,10 @@
 The backend prepares (resolves the image, creates or takes a container) while the intent is
 being fsync'd, and starts the job only once it is durable (``before_start``, a `StartGate`
 the audit writer opens on its own thread). The outcome is committed with the next intent's
-fsync or within 50 ms. A run cancelled or killed is closed by an ``interrupted`` record; a
-backend failure by an outcome naming the error; an intent that could not be written means
-nothing ran (``AuditUnavailable``, nothing to close).
+fsync or within 50 ms. A run cancelled or killed, or whose cluster node was lost under it,
+is closed by an ``interrupted`` record; another backend failure by an outcome naming the
+error; an intent that could not be written means nothing ran (``AuditUnavailable``, nothing
+to close).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class SecretSource(Protocol):
 
 
 REDACTED = b"[secret]"
+NODE_LOST = "node_unavailable"  # the code of runtime.errors.NodeUnavailable
 
 
 def redact(result: ExecResult, values: list[str]) -> ExecResult:
@@ -137,6 +139,10 @@ class Recorder:
             if (failed := await _failure_of(intent_write)) is not None:
                 raise failed from None  # no intent: nothing ran, nothing to close
             detail = exc.code if isinstance(exc, NaviError) else type(exc).__name__
+            if detail == NODE_LOST:  # the node died under the call: it did not end, it stopped
+                await self.audit.append(AuditEntry(kind="interrupted", detail=f"{exc}",
+                                                   **common))
+                raise
             await self.audit.append(AuditEntry(kind="outcome", detail=f"error: {detail}",
                                                **common), durable=False)
             raise
@@ -157,7 +163,7 @@ class Recorder:
                         duration_ms=result.duration_ms, audit_seq=record.seq)
         return ExecOutcome(result=result, decision=decision, exec_id=exec_id,
                            audit_seq=record.seq, intent_seq=intent.seq,
-                           timeout_s=decision.limits.timeout_s)
+                           timeout_s=decision.limits.timeout_s, node=common["node"])
 
     async def _secret_env(self, subject: Subject, decision: Decision) -> dict[str, str]:
         """ENV_VAR -> value of the secrets the decision grants that the tenant has."""

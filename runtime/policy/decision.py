@@ -28,6 +28,7 @@ class Subject(BaseModel):
     agent_depth: int = Field(0, ge=0, description="0: a caller or a top-level agent; a "
                              "sub-agent (spawn_agent) is one deeper than its parent")
     parent_turn: str | None = Field(None, description="a sub-agent's parent turn (audited)")
+    node: str = Field("local", description="the cluster node the session lives on (audited)")
 
     @property
     def policy_tenant(self) -> str:

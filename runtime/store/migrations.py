@@ -154,6 +154,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX shares_by_tenant ON shares(tenant_id)",
         ),
     ),
+    Migration(
+        7,
+        "sessions.node: the cluster node a session lives on",  # runtime.cluster.placement
+        (
+            "ALTER TABLE sessions ADD COLUMN node TEXT NOT NULL DEFAULT 'local'",
+            "CREATE INDEX sessions_by_node ON sessions(node)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -20,6 +20,7 @@ ROLES: tuple[Role, ...] = ("admin", "tenant_admin", "user", "auditor")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 LABEL_MAX = 100
 TITLE_MAX = 200
+LOCAL_NODE = "local"  # a session's node without a cluster
 
 
 class _Record(BaseModel):
@@ -48,3 +49,4 @@ class SessionRecord(_Record):
     profile: str = Field(pattern=NAME_PATTERN)
     created_at: float = Field(description="Unix time, seconds")
     title: str | None = Field(None, max_length=TITLE_MAX)
+    node: str = Field(LOCAL_NODE, description='its cluster node; "local" without a cluster')

@@ -28,6 +28,7 @@ from runtime.logging import get_logger
 from runtime.store import ids
 from runtime.store.migrations import apply_migrations
 from runtime.store.models import (
+    LOCAL_NODE,
     NAME_PATTERN,
     TITLE_MAX,
     SessionRecord,
@@ -235,9 +236,10 @@ class Store(TokenMethods):
 
     async def create_session(
         self, tenant_id: str, profile: str, title: str | None = None,
-        session_id: str | None = None,
+        session_id: str | None = None, node: str = LOCAL_NODE,
     ) -> SessionRecord:
-        """A new session (``session_id``: one made beforehand, e.g. to audit its creation)."""
+        """A new session (``session_id``: one made beforehand, e.g. to audit its creation) on
+        ``node`` (its cluster node, kept for its life)."""
         if title is not None and (len(title) > TITLE_MAX or not title.isprintable()):
             raise InvalidInput(f"title must be printable text of at most {TITLE_MAX} characters")
         if not isinstance(profile, str) or not _NAME_RE.match(profile):
@@ -248,13 +250,14 @@ class Store(TokenMethods):
             raise InvalidInput("malformed session id")
         record = SessionRecord(id=session_id or ids.new_session_id(), tenant_id=tenant_id,
                                profile=profile,
-                               title=title, created_at=time.time())
+                               title=title, created_at=time.time(), node=node)
         await self._db.execute(
-            "INSERT INTO sessions (id, tenant_id, profile, title, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (record.id, tenant_id, profile, title, record.created_at),
+            "INSERT INTO sessions (id, tenant_id, profile, title, created_at, node) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (record.id, tenant_id, profile, title, record.created_at, node),
         )
-        log.info("session_created", tenant=tenant_id, session=record.id, profile=profile)
+        log.info("session_created", tenant=tenant_id, session=record.id, profile=profile,
+                 node=node)
         return record
 
     async def set_session_profile(self, tenant_id: str, session_id: str, profile: str) -> None:
@@ -286,7 +289,7 @@ class Store(TokenMethods):
 
         async def load() -> SessionRecord | None:
             row = await self._one(
-                "SELECT id, tenant_id, profile, title, created_at FROM sessions "
+                "SELECT id, tenant_id, profile, title, created_at, node FROM sessions "
                 "WHERE id = ? AND tenant_id = ?",
                 (session_id, tenant_id),
             )
@@ -296,11 +299,16 @@ class Store(TokenMethods):
 
     async def list_sessions(self, tenant_id: str) -> list[SessionRecord]:
         rows = await self._all(
-            "SELECT id, tenant_id, profile, title, created_at FROM sessions "
+            "SELECT id, tenant_id, profile, title, created_at, node FROM sessions "
             "WHERE tenant_id = ? ORDER BY created_at, id",
             (tenant_id,),
         )
         return [SessionRecord(**dict(r)) for r in rows]
+
+    async def sessions_per_node(self) -> dict[str, int]:
+        """How many sessions each node holds (all tenants): placement's and the node list's."""
+        rows = await self._all("SELECT node, COUNT(*) AS n FROM sessions GROUP BY node", ())
+        return {str(r["node"]): int(r["n"]) for r in rows}
 
     async def delete_session(self, tenant_id: str, session_id: str) -> bool:
         """Delete the tenant's session row; ``False`` if there was none (or not theirs)."""

@@ -19,7 +19,7 @@ from runtime.sandbox.fake import FakeBackend, FakeResponse
 from tests.unit.test_api_roles import POLICIES, Api, running
 
 EXEC_FIELDS = {"ok", "exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
-               "duration_ms", "exec_id", "audit_seq", "timeout_s", "runtime"}
+               "duration_ms", "exec_id", "audit_seq", "timeout_s", "runtime", "node"}
 PY = {"language": "python", "code": "print(42)"}
 
 

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 def _out(record: SessionRecord) -> SessionOut:
     return SessionOut(id=record.id, profile=record.profile, title=record.title,
-                      created_at=record.created_at)
+                      created_at=record.created_at, node=record.node)
 
 
 @router.post("", response_model=SessionOut, status_code=status.HTTP_201_CREATED)
