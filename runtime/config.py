@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     disk_overcommit: float = Field(
         1.0, ge=1.0, description="How far session disks may overcommit the data disk's free "
         "space and a tenant's disk quota (1: not at all; session disks are sparse files).")
+    session_idle_s: float = Field(
+        300.0, gt=0, description="Seconds without a call or file operation after which a "
+        "session's disk is released (unmounted; it counts the bytes it holds, not its size).")
     refusal_burst: int = Field(
         20, ge=0, description="Refused calls (policy deny, quota) a tenant may have audited at "
         "once; past it and `refusal_rate`, a refusal is a 429 `refusal_rate` with no record "
