@@ -127,9 +127,13 @@ class Settings(BaseSettings):
     otel_endpoint: str | None = Field(
         None, description="OTLP/HTTP collector (e.g. http://127.0.0.1:4318): turns, model "
         "calls, tool calls and executions are exported as OpenTelemetry spans (unset: off).")
+    cluster: str | None = Field(
+        None, description="Ray address (host:port) of a cluster whose nodes with the resource "
+        "`navi_node` run the executions; this server is then its control plane, authenticated "
+        "by the token in <data_dir>/keys/cluster-token (unset: one machine).")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
-                     "persona", "search_url", "otel_endpoint", mode="before")
+                     "persona", "search_url", "otel_endpoint", "cluster", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
