@@ -54,6 +54,8 @@ class SessionOut(BaseModel):
     title: str | None = None
     created_at: float
     node: str = "local"  # the cluster node it lives on
+    # "active": its disk is mounted (in use lately); "idle": released, mounted on next use
+    state: Literal["active", "idle"] = "idle"
 
 
 class FileEntryOut(BaseModel):

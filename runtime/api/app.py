@@ -59,6 +59,7 @@ from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
 from runtime.tools import build_tools
 from runtime.workspace import Workspaces
+from runtime.workspace.activity import call_on_loop, release_idle
 
 log = get_logger(__name__)
 
@@ -118,8 +119,26 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     subagents.services = services
     reflector.services = services
     services.background.append(services.hub.start_sweeper())
+    _release_idle_sessions(services)
     await _start_sandbox(services)
     return services
+
+
+def _release_idle_sessions(services: Services) -> None:
+    """Session disks are released when idle (runtime.workspace.activity): their warm
+    containers go first, and a disk mounted again is admitted against the tenant's quota."""
+    loop = asyncio.get_running_loop()
+    workspaces = services.workspaces
+
+    async def tenant_limit(tenant_id: str) -> int:
+        quotas = services.policy.quotas(await services.tenant_name(tenant_id))
+        return quotas.tenant_disk_mb * 1024 * 1024
+
+    workspaces.drop_containers = lambda session_id: call_on_loop(
+        loop, lambda: services.backend.release_session(session_id))
+    workspaces.tenant_limit = lambda tenant_id: call_on_loop(
+        loop, lambda: tenant_limit(tenant_id))
+    services.background.append(asyncio.create_task(release_idle(workspaces)))
 
 
 async def _start_sandbox(services: Services) -> None:

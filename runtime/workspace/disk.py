@@ -14,14 +14,15 @@ Layout of one session (``root = <data_dir>/workspaces``)::
                              workspace/  the sandbox's /workspace, the tenant's uid, 0770
                              artifacts/  full outputs of truncated runs, root 0700
 
-The tenant's disk quota is kept by construction: the images of its live sessions together, with
-the copies of user tools its calls mount (``runtime.tools.user.objects``), may not be larger
-than ``tenant_disk_mb`` (so 10 sessions of 1 GiB fill a 10 GiB quota). The
-data filesystem is kept by admission: a new image is made only while what all images may
-still grow by fits in its free space, less a reserve (``NAVI_DISK_RESERVE_MB``).
-``NAVI_DISK_OVERCOMMIT`` > 1 relaxes both knowingly (sparse images rarely fill up; the test
-suite, which makes hundreds of nearly empty sessions, uses it); at 1, the default, both are
-hard guarantees.
+A disk is mounted while its session is in use and released when it is idle
+(``runtime.workspace.activity``); the tenant's disk quota counts a mounted image at its size
+and an unmounted one at the bytes it holds (its blocks), together with the copies of user
+tools its calls mount (``runtime.tools.user.objects``): ``tenant_disk_mb`` bounds what its
+active sessions may grow to, and idle sessions cost what they store. The data filesystem is
+kept by admission on the same basis: an image is made or mounted only while what all mounted
+images may still grow by fits in its free space, less a reserve (``NAVI_DISK_RESERVE_MB``).
+``NAVI_DISK_OVERCOMMIT`` > 1 relaxes both knowingly (sparse images rarely fill up); at 1, the
+default, both are hard guarantees.
 
 Mounts never outlive the supervisor: ``MountGuard`` (a child process) unmounts them when the
 supervisor dies, however it dies, and ``reconcile()`` at start-up releases whatever a killed
@@ -36,10 +37,12 @@ import os
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-from runtime.errors import DiskFull, DiskQuotaExceeded, SandboxError
+from runtime.errors import DiskFull, DiskQuotaBusy, DiskQuotaExceeded, SandboxError
 from runtime.logging import get_logger
+from runtime.workspace.image_copy import image_lock
 from runtime.workspace.leftovers import sweep_temp_files
 from runtime.workspace.mount_table import mounts_under, release
 
@@ -52,11 +55,12 @@ MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4", "-E",
         "lazy_itable_init=1,lazy_journal_init=1,root_owner=0:0")
 WORKSPACE = "workspace"
 ARTIFACTS = "artifacts"
+RETRY_AFTER_S = 10  # a tenant whose quota is held by calls in flight: when to try again
 
 
-def _image_stats(tenant_dir: Path) -> list[os.stat_result]:
-    """The stats of a tenant's session images; one deleted meanwhile (a concurrent session
-    delete: the soak found it as a 500 on session create) is skipped, not an error."""
+def _image_stats(tenant_dir: Path) -> list[tuple[str, os.stat_result]]:
+    """The session names and image stats of a tenant; one deleted meanwhile (a concurrent
+    session delete: the soak found it as a 500 on session create) is skipped, not an error."""
     stats = []
     try:
         entries = list(os.scandir(tenant_dir))
@@ -65,7 +69,7 @@ def _image_stats(tenant_dir: Path) -> list[os.stat_result]:
     for entry in entries:
         if entry.name.endswith(".img"):
             with contextlib.suppress(FileNotFoundError):
-                stats.append(entry.stat(follow_symlinks=False))
+                stats.append((entry.name[:-4], entry.stat(follow_symlinks=False)))
     return stats
 
 
@@ -97,18 +101,36 @@ class SessionDisks:
 
     # -- admission ------------------------------------------------------------------------
 
-    def tenant_allocated(self, tenant_dir: Path) -> int:
-        """Bytes the tenant's session images may hold together (their sizes)."""
-        return sum(st.st_size for st in _image_stats(tenant_dir))
+    def tenant_allocated(self, tenant_dir: Path, *, idle: bool = False) -> int:
+        """Bytes the tenant's session images count: a mounted one its size, another what it
+        holds (``idle``: as if none were mounted)."""
+        return sum(st.st_size if not idle and tenant_dir / name in self._mounted
+                   else st.st_blocks * 512 for name, st in _image_stats(tenant_dir))
+
+    def mount_growth(self, session_dir: Path) -> int:
+        """What mounting the session's disk adds to the counts: its size less what it holds
+        (0 when it is mounted, or has no image)."""
+        if not self.enabled or session_dir in self._mounted:
+            return 0
+        try:
+            st = os.stat(self.image(session_dir), follow_symlinks=False)
+        except FileNotFoundError:
+            return 0
+        return max(0, st.st_size - st.st_blocks * 512)
+
+    def is_mounted(self, session_dir: Path) -> bool:
+        return session_dir in self._mounted
 
     def _growth_left(self) -> int:
-        """What all images under root may still write: their sizes less what they hold."""
+        """What the mounted images may still write: their sizes less what they hold."""
         total = 0
         for tenant in os.scandir(self.root):
             if not tenant.is_dir(follow_symlinks=False):
                 continue
-            for st in _image_stats(Path(tenant.path)):
-                total += max(0, st.st_size - st.st_blocks * 512)
+            tenant_dir = Path(tenant.path)
+            for name, st in _image_stats(tenant_dir):
+                if tenant_dir / name in self._mounted:
+                    total += max(0, st.st_size - st.st_blocks * 512)
         return total
 
     def admit(self, tenant_dir: Path, size: int, tenant_limit: int, *, also: int = 0) -> None:
@@ -130,6 +152,12 @@ class SessionDisks:
         its images and ``also`` (checked whether or not sessions have disks)."""
         allocated = self.tenant_allocated(tenant_dir) + also
         if allocated + size > tenant_limit * self.overcommit:
+            if self.tenant_allocated(tenant_dir, idle=True) + also + size \
+                    <= tenant_limit * self.overcommit:
+                raise DiskQuotaBusy(
+                    f"the tenant's disk quota of {tenant_limit // MiB} MiB is held by its "
+                    "sessions in use; try again when a call ends", retry_after=RETRY_AFTER_S,
+                    limit=tenant_limit)
             raise DiskQuotaExceeded(
                 f"the tenant's disk quota of {tenant_limit // MiB} MiB is taken by its sessions "
                 f"and tool copies ({allocated // MiB} MiB); delete a session first",
@@ -164,7 +192,7 @@ class SessionDisks:
         if not self.enabled or session_dir in self._mounted:
             return
         image = self.image(session_dir)
-        with self._lock:
+        with self.image_lock(session_dir), self._lock:
             if session_dir in self._mounted:
                 return
             if not image.is_file() or image.is_symlink():
@@ -175,9 +203,27 @@ class SessionDisks:
                 sweep_temp_files(session_dir)  # a killed supervisor's half-written uploads
             self._mounted.add(session_dir)
 
+    @contextlib.contextmanager
+    def image_lock(self, session_dir: Path) -> Iterator[None]:
+        """The image's cross-process lock (``image_copy.image_lock``) while its mount changes:
+        ``navi backup`` and snapshots copy it under the same lock; none without an image."""
+        if not self.image(session_dir).is_file():
+            yield
+            return
+        with image_lock(session_dir):
+            yield
+
+    def unmount(self, session_dir: Path) -> None:
+        """Release the session's mount (the image stays); lazily: a leaving container may
+        still hold it, and the loop device goes with its last user."""
+        with self.image_lock(session_dir), self._lock:
+            self._mounted.discard(session_dir)
+            if str(session_dir) in mounts_under(session_dir.parent):
+                release(str(session_dir))
+
     def remove(self, session_dir: Path) -> None:
         """Unmount (lazily: a container may still be leaving) and delete the image."""
-        with self._lock:
+        with self.image_lock(session_dir), self._lock:
             self._mounted.discard(session_dir)
             for point in mounts_under(session_dir.parent):
                 if point == str(session_dir):

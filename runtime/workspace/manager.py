@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runtime.config import Settings
-from runtime.errors import ConfigError, NotFound
+from runtime.errors import ConfigError, DiskFull, DiskQuotaBusy, NotFound
 from runtime.logging import get_logger
 from runtime.store.ids import check_session_id, check_tenant_id
+from runtime.workspace.activity import Activity, Key, LeasedWorkspace
 from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
@@ -52,6 +53,7 @@ class Workspaces:
         limits: WorkspaceLimits | None = None,
         use_openat2: bool | None = None,
         disks: SessionDisks | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self.root = Path(root)
         self.sandbox_uid = sandbox_uid
@@ -65,6 +67,12 @@ class Workspaces:
         # the tenant's bytes kept outside its sessions (its tool copies): counted in its quota
         self.count_also: Callable[[str], int] = lambda tenant_id: 0
         self._admission = threading.Lock()  # one admission against tenant quotas at a time
+        self.activity = activity or Activity()
+        # bound by the app: drop a session's warm containers (they bind-mount its workspace)
+        # before its disk is released; a tenant's disk quota for mounts after a restart
+        self.drop_containers: Callable[[str], None] = lambda session_id: None
+        self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
+        self._limits: dict[str, int] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None
@@ -73,7 +81,7 @@ class Workspaces:
                              reserve_bytes=settings.disk_reserve_mb * 1024 * 1024,
                              overcommit=settings.disk_overcommit)
         return cls(settings.workspaces_dir, sandbox_uid=settings.sandbox_uid, limits=limits,
-                   disks=disks)
+                   disks=disks, activity=Activity(settings.session_idle_s))
 
     def start(self) -> None:
         """Release what a killed instance left mounted, then guard our own mounts: they are
@@ -91,6 +99,8 @@ class Workspaces:
     def close(self) -> None:
         """Unmount the session disks (call after the last container is gone)."""
         self.disks.close()
+        for key in self.activity.active():
+            self.activity.drop(key)
         if self._guard is not None:
             self._guard.stop()
             self._guard = None
@@ -145,11 +155,14 @@ class Workspaces:
         size = disk_bytes if disk_bytes is not None else self.limits.max_disk_bytes
         session_dir = self.session_dir(tenant_id, session_id)
         os.close(self._tenant_fd(tenant_id, create=True))
+        if tenant_disk_bytes is not None:
+            self._limits[tenant_id] = tenant_disk_bytes
+        limit = self._limit(tenant_id)
         with self._admission:
-            self.disks.admit(session_dir.parent, size,
-                             tenant_disk_bytes if tenant_disk_bytes is not None else 2**62,
-                             also=self.count_also(tenant_id))
+            self._make_room(tenant_id, lambda: self.disks.admit(
+                session_dir.parent, size, limit, also=self.count_also(tenant_id)))
             self.disks.create(session_dir, size)
+        self.activity.mark_active((tenant_id, session_id))
         session_fd = os.open(session_dir, _NOFOLLOW_DIR)
         try:
             for name, mode, who in ((WORKSPACE, SESSION_MODE, owner), (ARTIFACTS, 0o700, (0, 0))):
@@ -174,13 +187,26 @@ class Workspaces:
         those it keeps already) against its quota ``limit``, beside its session disks;
         ``DiskQuotaExceeded`` when they would not fit. No session is made meanwhile."""
         with self._admission:
-            self.disks.admit_tenant_bytes(self.root / check_tenant_id(tenant_id), size, limit,
-                                          also=also)
+            self._make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
+                self.root / check_tenant_id(tenant_id), size, limit, also=also))
             yield
 
     def open(self, tenant_id: str, session_id: str) -> Workspace:
-        """The session's ``Workspace`` (close it, or use ``with``). ``NotFound`` if absent."""
-        self.disks.ensure_mounted(self.session_dir(tenant_id, session_id))
+        """The session's ``Workspace`` (close it, or use ``with``): a lease on the session,
+        its disk mounted while any is open. ``NotFound`` if absent."""
+        key = (tenant_id, session_id)
+        session_dir = self.session_dir(tenant_id, session_id)
+        self.activity.take(key)
+        try:
+            self._mount(key, session_dir)
+            ws = self._open(tenant_id, session_id)
+        except BaseException:
+            self.activity.give(key)
+            raise
+        ws.on_close = lambda: self.activity.give(key)
+        return ws
+
+    def _open(self, tenant_id: str, session_id: str) -> LeasedWorkspace:
         tenant_fd = self._tenant_fd(check_tenant_id(tenant_id), create=False)
         try:
             session_fd = os.open(session_id, _NOFOLLOW_DIR, dir_fd=tenant_fd)
@@ -198,7 +224,7 @@ class Workspaces:
             os.close(tenant_fd)
         st = os.fstat(fd)  # files the supervisor writes get the workspace's owner
         owner = (st.st_uid, st.st_gid) if self._is_root else None
-        return Workspace(fd, limits=self.limits, owner=owner, use_openat2=self.use_openat2,
+        return LeasedWorkspace(fd, limits=self.limits, owner=owner, use_openat2=self.use_openat2,
                          own_disk=self.disks.enabled and st.st_dev != self._root_dev())
 
     def _root_dev(self) -> int:
@@ -216,6 +242,7 @@ class Workspaces:
         if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - Linux always has it
             raise RuntimeError("shutil.rmtree is not symlink-attack safe on this platform")
         self.disks.remove(self.session_dir(tenant_id, session_id))
+        self.activity.drop((tenant_id, session_id))
         try:
             tenant_fd = self._tenant_fd(check_tenant_id(tenant_id), create=False)
         except NotFound:
@@ -233,3 +260,108 @@ class Workspaces:
             os.close(tenant_fd)
         log.info("workspace_removed", tenant=tenant_id, session=session_id)
         return True
+
+    # -- mounted while in use (runtime.workspace.activity) ---------------------------------
+
+    def state(self, tenant_id: str, session_id: str) -> str:
+        """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
+        return "active" if self.activity.is_active((tenant_id, session_id)) else "idle"
+
+    def exclusive(self, tenant_id: str, session_id: str, *, wait_s: float = 0.0
+                  ) -> contextlib.AbstractContextManager[None]:
+        """Hold the session with no call or file operation in flight (``SessionBusy``
+        after ``wait_s``); new ones wait until the block ends. Its disk stays as it was."""
+        return self.activity.exclusive((tenant_id, session_id), wait_s=wait_s)
+
+    @contextlib.contextmanager
+    def offline(self, tenant_id: str, session_id: str, *, wait_s: float = 0.0
+                ) -> Iterator[Path]:
+        """The session held exclusively with its disk released (warm containers gone,
+        unmounted): yields its directory, e.g. to swap its image; the next use mounts it."""
+        key = (tenant_id, session_id)
+        session_dir = self.session_dir(tenant_id, session_id)
+        with self.activity.exclusive(key, wait_s=wait_s), self.activity.gate(key):
+            self.drop_containers(session_id)
+            self.activity.retire(key, held=True)
+            self.disks.unmount(session_dir)
+            yield session_dir
+
+    def release(self, tenant_id: str, session_id: str, *, only_idle: bool = True) -> bool:
+        """Release the session's disk if nothing uses it (``only_idle``: and it was unused
+        for ``NAVI_SESSION_IDLE_S``); whether it was released."""
+        key = (tenant_id, session_id)
+        with self.activity.gate(key):
+            if not self.activity.is_active(key):
+                return False
+            if only_idle and not self.activity.due([key]):
+                return False
+            return self._release_held(key)
+
+    def _release_held(self, key: Key) -> bool:
+        """Release with the session's gate held: warm containers first (they bind-mount the
+        workspace), then the disk, unless a lease came meanwhile."""
+        if self.activity.busy(key):
+            return False
+        self.drop_containers(key[1])
+        if not self.activity.retire(key):
+            return False
+        self.disks.unmount(self.session_dir(*key))
+        log.info("session_released", tenant=key[0], session=key[1])
+        return True
+
+    def _mount(self, key: Key, session_dir: Path) -> None:
+        if self.activity.is_active(key):  # checked after the lease: a release waits for it
+            return
+        with self.activity.gate(key):
+            if self.activity.is_active(key):
+                return
+            growth = self.disks.mount_growth(session_dir)
+            if growth:
+                limit = self._limit(key[0])
+                with self._admission:
+                    self._make_room(key[0], lambda: self.disks.admit(
+                        session_dir.parent, growth, limit, also=self.count_also(key[0])),
+                        exclude=key)
+                    self.disks.ensure_mounted(session_dir)
+            else:
+                self.disks.ensure_mounted(session_dir)
+            if session_dir.is_dir():
+                self.activity.mark_active(key)
+
+    def _limit(self, tenant_id: str) -> int:
+        if tenant_id not in self._limits:
+            found = self.tenant_limit(tenant_id)
+            if found is None:
+                return 2**62
+            self._limits[tenant_id] = found
+        return self._limits[tenant_id]
+
+    def _make_room(self, tenant_id: str, admit: Callable[[], None], *,
+                   exclude: Key | None = None) -> None:
+        """Run ``admit``; while it fails for want of room that releasing a session would
+        make, release the least recently used one with nothing in flight (the tenant's for
+        its quota, any for the data disk) and try again."""
+        while True:
+            try:
+                admit()
+                return
+            except DiskQuotaBusy as exc:
+                err: DiskQuotaBusy | DiskFull = exc
+                pool = [k for k in self.activity.active() if k[0] == tenant_id]
+            except DiskFull as exc:
+                err = exc
+                pool = self.activity.active()
+            if not self._release_one([k for k in pool if k != exclude]):
+                raise err
+
+    def _release_one(self, pool: list[Key]) -> bool:
+        for key in self.activity.releasable(pool):
+            gate = self.activity.gate(key)
+            if not gate.acquire(blocking=False):
+                continue  # being mounted or released: not ours to wait for (lock order)
+            try:
+                if self.activity.is_active(key) and self._release_held(key):
+                    return True
+            finally:
+                gate.release()
+        return False

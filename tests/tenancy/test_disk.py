@@ -143,12 +143,23 @@ def test_artifacts_and_disk_go_with_the_session(server: Server) -> None:
 
 
 def test_tenant_quota_caps_its_sessions_disks(server: Server) -> None:
+    """Active sessions count their size, idle ones what they hold: a 4th session of a full
+    quota releases the least recently used one; sessions that hold the quota (idle, full of
+    data) make it a 413."""
     _, token = server.tenant_with_user()
     with server.client(token) as client:
         sessions = [new_session(client) for _ in range(3)]  # 3 x 32 MiB = the 96 MiB quota
+        assert {client.get(f"/v1/sessions/{s}").json()["state"] for s in sessions} == \
+            {"active"}
+        fourth = new_session(client)
+        assert client.get(f"/v1/sessions/{sessions[0]}").json()["state"] == "idle"
+        assert client.get(f"/v1/sessions/{fourth}").json()["state"] == "active"
+        for s in (*sessions, fourth):  # what each holds: 3 x 26 MiB, past 96 - 32 MiB
+            if s != sessions[0]:
+                run(client, s, "head -c 26M /dev/zero | tr '\\0' x > big; sync")
         resp = client.post("/v1/sessions", json={})
         assert resp.status_code == 413 and resp.json()["error"]["code"] == "disk_quota"
-        assert client.delete(f"/v1/sessions/{sessions[0]}").status_code == 204
+        assert client.delete(f"/v1/sessions/{sessions[1]}").status_code == 204
         new_session(client)
 
 

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-def _out(record: SessionRecord) -> SessionOut:
+def _out(record: SessionRecord, services: Services) -> SessionOut:
     return SessionOut(id=record.id, profile=record.profile, title=record.title,
+                      state=services.workspaces.state(record.tenant_id, record.id),
                       created_at=record.created_at, node=record.node)
 
 
@@ -29,20 +30,23 @@ def _out(record: SessionRecord) -> SessionOut:
 async def create_session(
     request: Request, principal: SessionUser, body: SessionCreate | None = None
 ) -> SessionOut:
-    record = await open_session(get_services(request), principal,
+    services = get_services(request)
+    record = await open_session(services, principal,
                                 profile=body.profile if body else None,
                                 title=body.title if body else None)
-    return _out(record)
+    return _out(record, services)
 
 
 @router.get("", response_model=list[SessionOut])
 async def list_sessions(request: Request, principal: SessionUser) -> list[SessionOut]:
-    return [_out(r) for r in await get_services(request).store.list_sessions(principal.tenant_id)]
+    services = get_services(request)
+    return [_out(r, services) for r in await services.store.list_sessions(principal.tenant_id)]
 
 
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, request: Request, principal: SessionUser) -> SessionOut:
-    return _out(await owned_session(get_services(request), principal, session_id))
+    services = get_services(request)
+    return _out(await owned_session(services, principal, session_id), services)
 
 
 def _profiles(services: Services) -> SessionProfiles:
@@ -63,7 +67,7 @@ async def update_session(session_id: str, body: SessionUpdate, request: Request,
         await services.executor.record_action(subject, "session.update", record.id,
                                               rule=f"roles.{principal.role}", detail="title")
         await services.store.set_session_title(principal.tenant_id, record.id, body.title)
-    return _out(await owned_session(services, principal, session_id))
+    return _out(await owned_session(services, principal, session_id), services)
 
 
 @router.get("/{session_id}/profiles", response_model=list[ProfileInfo])
