@@ -27,7 +27,8 @@
     │   ├── RuntimeUnavailable      the policy's runtime tier is not on the engine (503)
     │   ├── ImageMissing            sandbox image not built
     │   └── ImageBuildError         a sandbox image could not be built
-    └── ClusterError                the local cluster could not be built, read or ended
+    ├── ClusterError                the local cluster could not be built, read or ended
+    └── NodeUnavailable             a session's cluster node does not answer (503)
 """
 
 from __future__ import annotations
@@ -171,3 +172,14 @@ class ClusterError(NaviError):
     """`navi cluster local`: a namespace, engine or Ray process could not be made or ended."""
 
     code = "cluster_error"
+
+
+class NodeUnavailable(NaviError):
+    """A session's execution node (its Ray node agent) is dead or unreachable; the message
+    names the node. Its sessions' calls and file operations answer 503 until it is back."""
+
+    code = "node_unavailable"
+
+    def __init__(self, node: str, message: str | None = None) -> None:
+        super().__init__(message or f"node {node} is unavailable", node=node)
+        self.node = node

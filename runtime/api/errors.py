@@ -32,6 +32,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.Conflict, 409),
     (errors.QuotaExceeded, 429),
     (errors.AuditUnavailable, 503),
+    (errors.NodeUnavailable, 503),
     (errors.EngineUnavailable, 503),
     (errors.RuntimeUnavailable, 503),
     (errors.ImageMissing, 503),
