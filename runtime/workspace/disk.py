@@ -45,6 +45,7 @@ from runtime.logging import get_logger
 from runtime.workspace.image_copy import image_lock
 from runtime.workspace.leftovers import sweep_temp_files
 from runtime.workspace.mount_table import mounts_under, release
+from runtime.workspace.snapshots import remove_all, snapshot_bytes
 
 log = get_logger(__name__)
 
@@ -103,9 +104,10 @@ class SessionDisks:
 
     def tenant_allocated(self, tenant_dir: Path, *, idle: bool = False) -> int:
         """Bytes the tenant's session images count: a mounted one its size, another what it
-        holds (``idle``: as if none were mounted)."""
+        holds (``idle``: as if none were mounted); their snapshots at what they hold."""
         return sum(st.st_size if not idle and tenant_dir / name in self._mounted
-                   else st.st_blocks * 512 for name, st in _image_stats(tenant_dir))
+                   else st.st_blocks * 512 for name, st in _image_stats(tenant_dir)
+                   ) + snapshot_bytes(tenant_dir)
 
     def mount_growth(self, session_dir: Path) -> int:
         """What mounting the session's disk adds to the counts: its size less what it holds
@@ -230,6 +232,7 @@ class SessionDisks:
                     release(point)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.image(session_dir))
+        remove_all(session_dir)  # its snapshots go with it
 
     def free_bytes(self, workspace_fd: int) -> int | None:
         """What the session can still store, or ``None`` when it has no disk of its own."""

@@ -1,0 +1,219 @@
+"""Snapshots of a session's disk: taken, listed, restored, deleted, and copied into a fork.
+
+Why whole-image copies: a session's files live on an ext4 image of their own
+(``runtime.workspace.disk``), so a copy of the image is every file, mode, owner, link and
+hole at once, ``/workspace`` and ``/tmp`` alike, with nothing to walk. The data filesystem
+cannot share blocks (ext4: no reflink), so a snapshot is a sparse copy taken with the
+session's filesystem frozen (``runtime.workspace.image_copy``): it costs the bytes the session
+holds. Measured on this machine: a 1 GiB session holding 100 MiB snapshots in ≈ 115 ms
+into 100.7 MiB (an empty one ≈ 3 ms, 0.7 MiB); a restore costs the same copy back.
+
+Layout, beside the session's image (``root/<tenant>/``)::
+
+    <session>.img                     the session's disk
+    <session>.snapshots/<sid>.img     a snapshot's image (sparse)
+    <session>.snapshots/<sid>.json    its metadata {id, name, created_at, bytes}
+
+Crash-safe without the store: an image is written as ``.part`` and renamed when whole, its
+metadata written the same way afterwards; a snapshot exists when both do, and leftovers of
+a crash are swept under the image lock. Snapshots count in the tenant's disk quota at their
+allocated bytes (``snapshot_bytes``) and go with their session (``remove_all``).
+
+Taking a snapshot holds a lease (the disk stays mounted, no restore meanwhile; a call in
+flight only waits out the freeze). Restoring holds the session alone (``SessionBusy`` while
+a call or file operation is in flight): its warm containers go, its disk is unmounted, the
+snapshot's copy is renamed over the image, and the next use mounts it: no call sees half a
+restore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runtime.errors import Conflict, NotFound
+from runtime.logging import get_logger
+from runtime.workspace.image_copy import (
+    PART,
+    SNAPSHOTS_SUFFIX,
+    copy_file_sparse,
+    copy_image_locked,
+    fsync_dir,
+    image_lock,
+    image_of,
+    snapshots_dir,
+)
+
+if TYPE_CHECKING:
+    from runtime.workspace.manager import Workspaces
+
+log = get_logger(__name__)
+
+SNAPSHOT_ID = re.compile(r"sn_[0-9a-f]{16}")
+Admit = Callable[[int], contextlib.AbstractContextManager[None]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: str
+    name: str | None
+    created_at: float
+    bytes: int
+
+
+def new_snapshot_id() -> str:
+    return "sn_" + secrets.token_hex(8)
+
+
+def check_snapshot_id(value: str) -> str:
+    if not SNAPSHOT_ID.fullmatch(value):
+        raise NotFound("no such snapshot")  # never a path: a malformed id names nothing
+    return value
+
+
+def snapshot_bytes(tenant_dir: Path) -> int:
+    """What the tenant's snapshots take on disk (their allocated bytes, leftovers too)."""
+    total = 0
+    try:
+        dirs = [e for e in os.scandir(tenant_dir) if e.name.endswith(SNAPSHOTS_SUFFIX)]
+    except FileNotFoundError:
+        return 0
+    for found in dirs:
+        try:
+            entries = list(os.scandir(found.path))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+    return total
+
+
+def remove_all(session_dir: Path) -> None:
+    """Delete a session's snapshots (its session is being deleted)."""
+    shutil.rmtree(snapshots_dir(session_dir), ignore_errors=True)
+
+
+def _write_json(path: Path, value: dict[str, object]) -> None:
+    part = path.with_name(path.name + PART)
+    with open(part, "w", encoding="utf-8") as fh:
+        json.dump(value, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(part, path)
+    fsync_dir(path.parent)
+
+
+def _read(meta: Path) -> Snapshot | None:
+    try:
+        raw = json.loads(meta.read_text(encoding="utf-8"))
+        found = Snapshot(id=str(raw["id"]), name=raw.get("name"),
+                         created_at=float(raw["created_at"]), bytes=int(raw["bytes"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if found.id != meta.stem or not meta.with_suffix(".img").is_file():
+        return None
+    return found
+
+
+def _sweep(folder: Path) -> None:
+    """Leftovers of a crash (call with the image lock held): parts, and images or
+    metadata without their other half."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(folder):
+            name = entry.name
+            stem, _, ext = name.partition(".")
+            orphan = ext == "img" and not (folder / f"{stem}.json").exists() or \
+                ext == "json" and not (folder / f"{stem}.img").exists()
+            if name.endswith(PART) or orphan:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+
+class Snapshots:
+    """The snapshot store of ``workspaces``' sessions (blocking: run in a worker thread)."""
+
+    def __init__(self, workspaces: Workspaces) -> None:
+        self.workspaces = workspaces
+
+    def _paths(self, tenant_id: str, session_id: str) -> tuple[Path, Path]:
+        session_dir = self.workspaces.session_dir(tenant_id, session_id)
+        return session_dir, snapshots_dir(session_dir)
+
+    def list(self, tenant_id: str, session_id: str) -> list[Snapshot]:
+        """The session's snapshots, oldest first."""
+        _, folder = self._paths(tenant_id, session_id)
+        found = [s for s in map(_read, folder.glob("sn_*.json")) if s is not None]
+        return sorted(found, key=lambda s: (s.created_at, s.id))
+
+    def get(self, tenant_id: str, session_id: str, snapshot_id: str) -> Snapshot:
+        _, folder = self._paths(tenant_id, session_id)
+        found = _read(folder / f"{check_snapshot_id(snapshot_id)}.json")
+        if found is None:
+            raise NotFound("no such snapshot")
+        return found
+
+    def create(self, tenant_id: str, session_id: str, name: str | None, *, admit: Admit,
+               snapshot_id: str | None = None) -> Snapshot:
+        """Snapshot the session's disk; ``admit(bytes)`` holds the tenant's quota for the
+        copy while it is made (``DiskQuotaExceeded``: nothing is written)."""
+        sid = check_snapshot_id(snapshot_id or new_snapshot_id())
+        session_dir, folder = self._paths(tenant_id, session_id)
+        if not self.workspaces.disks.enabled:
+            raise Conflict("snapshots need session disks (loop devices), which this server "
+                           "does not have")
+        with self.workspaces.open(tenant_id, session_id):  # a lease: mounted, no restore
+            need = os.stat(image_of(session_dir)).st_blocks * 512
+            with admit(need), image_lock(session_dir):  # the order mounts take them in
+                _sweep(folder)
+                stats = copy_image_locked(session_dir, folder / f"{sid}.img")
+                snap = Snapshot(id=sid, name=name, created_at=time.time(),
+                                bytes=stats.allocated)
+                _write_json(folder / f"{sid}.json", asdict(snap))
+        log.info("snapshot_created", tenant=tenant_id, session=session_id, snapshot=sid,
+                 bytes=stats.allocated, ms=round(stats.ms, 1))
+        return snap
+
+    def delete(self, tenant_id: str, session_id: str, snapshot_id: str) -> None:
+        self.get(tenant_id, session_id, snapshot_id)
+        session_dir, folder = self._paths(tenant_id, session_id)
+        with image_lock(session_dir):
+            for ext in ("json", "img"):  # metadata first: no half snapshot is ever listed
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(folder / f"{snapshot_id}.{ext}")
+            fsync_dir(folder)
+        log.info("snapshot_deleted", tenant=tenant_id, session=session_id,
+                 snapshot=snapshot_id)
+
+    def restore(self, tenant_id: str, session_id: str, snapshot_id: str) -> None:
+        """Make the session's files exactly the snapshot's (``SessionBusy`` while in use)."""
+        self.get(tenant_id, session_id, snapshot_id)
+        session_dir, folder = self._paths(tenant_id, session_id)
+        with self.workspaces.offline(tenant_id, session_id), image_lock(session_dir):
+            stats = copy_file_sparse(folder / f"{snapshot_id}.img", image_of(session_dir))
+        log.info("snapshot_restored", tenant=tenant_id, session=session_id,
+                 snapshot=snapshot_id, ms=round(stats.ms, 1))
+
+    def copy_into(self, tenant_id: str, source_id: str, snapshot_id: str | None,
+                  target_id: str) -> None:
+        """Give the (new, unused) session ``target_id`` the files of ``source_id``: those of
+        its snapshot, or its disk as it is now (a frozen copy)."""
+        source_dir, folder = self._paths(tenant_id, source_id)
+        target = image_of(self.workspaces.session_dir(tenant_id, target_id))
+        with self.workspaces.offline(tenant_id, target_id):
+            if snapshot_id is not None:
+                self.get(tenant_id, source_id, snapshot_id)
+                with image_lock(source_dir):
+                    copy_file_sparse(folder / f"{snapshot_id}.img", target)
+            else:
+                with self.workspaces.open(tenant_id, source_id), image_lock(source_dir):
+                    copy_image_locked(source_dir, target)
