@@ -127,6 +127,17 @@ def _start(state: ClusterState, images: list[str], emit: Callable[[str], None]) 
     save(state)
 
 
+def start_again(directory: Path, node_id: str) -> None:
+    """Start a node's Ray processes again after they died (its namespace and engine stay):
+    the same id, address and engine, so its sessions find their files again."""
+    state = load(directory.resolve())
+    node = next((n for n in state.nodes if n.id == node_id), None) if state else None
+    if state is None or node is None:
+        raise ClusterError(f"no node {node_id!r} in a local cluster at {directory}")
+    rayproc.start_node(node.netns, node.id, node.node_ip, state.address,
+                       Path(state.token_file), Path(node.socket), os.cpu_count() or 1)
+
+
 def node_pids(node: NodeRecord) -> dict[str, int]:
     inode = netns.netns_inode(node.netns)
     if inode is None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from runtime.errors import ClusterError
 
 NODE_RESOURCE = "navi_node"
+NODE_LABEL = "navi-node"  # a node's Navi id (its Ray label); without one, its IP address
 
 
 def write_token(path: Path) -> None:
@@ -71,7 +72,7 @@ def start_head(ip: str, port: int, slot: int, temp_dir: Path, token_file: Path) 
           f"--temp-dir={temp_dir}",
           f"--node-manager-port={base + 1}", f"--object-manager-port={base + 2}",
           f"--min-worker-port={base + 10}", f"--max-worker-port={base + 99}"],
-         ray_env(token_file), "the Ray head")
+         ray_env(token_file, {"RAY_health_check_period_ms": "1000"}), "the Ray head")
 
 
 def start_node(netns: str, node_id: str, ip: str, address: str, token_file: Path,
@@ -81,7 +82,7 @@ def start_node(netns: str, node_id: str, ip: str, address: str, token_file: Path
     env = ray_env(token_file, {"DOCKER_HOST": f"unix://{socket}", "NAVI_NODE_ID": node_id})
     _run(["ip", "netns", "exec", netns, _ray_bin(), "start", f"--address={address}",
           f"--node-ip-address={ip}", f"--resources={resources}", f"--num-cpus={num_cpus}",
-          "--disable-usage-stats"],
+          f"--labels={NODE_LABEL}={node_id}", "--disable-usage-stats"],
          env, f"the Ray node {node_id}")
 
 

@@ -3,8 +3,9 @@
 Checks the seccomp profile, the engine, the workspaces root mount flags, the sandbox images,
 and runs a probe container that reports what the kernel really enforces (capabilities,
 no-new-privileges, seccomp, uid, network, read-only root, cgroup limits); and which passwd the
-sandbox uids are kept out of and whom the embedded model runs as (`doctor_host`). Exit status
-0 only when every check passed.
+sandbox uids are kept out of and whom the embedded model runs as (`doctor_host`); with
+`NAVI_CLUSTER`, the cluster's nodes (`doctor_cluster`). Exit status 0 only when every check
+passed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from runtime.commands.doctor_cluster import cluster_checks
 from runtime.commands.doctor_host import host_checks
 from runtime.config import Settings
 from runtime.logging import configure_logging
@@ -45,7 +47,8 @@ def doctor(
     settings = Settings(data_dir=data_dir) if data_dir else Settings()
     configure_logging(settings.log_format, "warning")
     images = image or [f"{settings.image_prefix}/python:latest"]
-    checks = [*host_checks(settings), *asyncio.run(_run(settings, images))]
+    checks = [*host_checks(settings), *asyncio.run(_run(settings, images)),
+              *cluster_checks(settings)]
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
