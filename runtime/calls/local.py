@@ -24,3 +24,6 @@ class WorkspaceDir:
 
     def open(self, tenant_id: str, session_id: str) -> Workspace | None:
         return None if self.path is None else Workspace.at(self.path)
+
+    def tmp_path(self, tenant_id: str, session_id: str) -> Path | None:
+        return None  # `navi exec`: a fresh tmpfs at /tmp for each call

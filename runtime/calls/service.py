@@ -33,23 +33,26 @@ from runtime.errors import InvalidInput, NaviError, NotFound, PolicyDenied, Quot
 from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent, link_refs
 from runtime.executor import Approver, Executor, new_exec_id
 from runtime.metrics import Metrics, tool_label
+from runtime.nodes.base import OpenFiles
 from runtime.policy.decision import Subject
 from runtime.sandbox.backend import OutputCallback
 from runtime.tools.base import CallOrigin, Tool, ToolContext, ToolResult
 from runtime.tools.event_args import event_args
 from runtime.tools.registry import ToolRegistry
-from runtime.workspace import Workspace
 
 TOOL_NAME_SHOWN = 200
 
 
 class SessionFiles(Protocol):
-    """Where a session's files are: `runtime.workspace.Workspaces` for the server,
-    `runtime.calls.local.WorkspaceDir` for `navi exec` (one directory, or none)."""
+    """Where a session's files are: its node (`runtime.nodes.SessionNode`, by
+    `Subject.node`) for the server, `runtime.calls.local.WorkspaceDir` for `navi exec` (one
+    directory, or none)."""
 
     def verify(self, tenant_id: str, session_id: str) -> Path | None: ...
 
-    def open(self, tenant_id: str, session_id: str) -> Workspace | None: ...
+    def open(self, tenant_id: str, session_id: str) -> OpenFiles | None: ...
+
+    def tmp_path(self, tenant_id: str, session_id: str) -> Path | None: ...
 
 
 OutputTo = Callable[[SessionEventBus, str], OutputCallback | None]
@@ -94,9 +97,10 @@ class _Prepared:
     garbage collector frees — 11 MiB a refused request)."""
 
     path: Path | None
-    workspace: Workspace | None
+    workspace: OpenFiles | None
     shown: Any
     params: Any
+    tmp: Path | None = None
     refusal: tuple[type[InvalidInput], str, dict[str, Any]] | None = None
 
     def refused(self) -> InvalidInput | None:
@@ -110,10 +114,13 @@ class SessionToolCall:
     """Runs tool calls for every caller; built once per app (`Services.calls`), or once per
     `navi exec` (a CLI subject, the directory it names, output to its terminal)."""
 
-    def __init__(self, *, registry: ToolRegistry, executor: Executor, workspaces: SessionFiles,
+    def __init__(self, *, registry: ToolRegistry, executor: Executor,
+                 workspaces: SessionFiles | Callable[[str], SessionFiles],
                  hub: EventHub, metrics: Metrics,
                  approver_for: Callable[[SessionEventBus], Approver | None],
                  output_to: OutputTo = LiveOutput) -> None:
+        """`workspaces`: the files of every session, or a node id -> its node
+        (`runtime.nodes.Nodes.get`: a session's files are on `Subject.node`)."""
         self.registry = registry
         self.executor = executor
         self.workspaces = workspaces
@@ -167,7 +174,8 @@ class SessionToolCall:
         prep = await self.registry.off_loop(subject.tenant, self._prepare, subject, request,
                                             tool)
         ctx = ToolContext(subject=subject, workspace=prep.workspace,
-                          workspace_path=prep.path, executor=self.executor,
+                          workspace_path=prep.path, tmp_path=prep.tmp,
+                          executor=self.executor,
                           on_output=self.output_to(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
                           approver=self.approver_for(bus), origin=request.origin)
@@ -202,20 +210,26 @@ class SessionToolCall:
         bus.publish(_result_event(request, result, outcome.rule))
         return result
 
+    def _files(self, subject: Subject) -> SessionFiles:
+        where = self.workspaces
+        return where(subject.node) if callable(where) else where
+
     def _prepare(self, subject: Subject, request: CallRequest, tool: Tool) -> _Prepared:
-        path = self.workspaces.verify(subject.tenant, subject.session)
-        workspace = self.workspaces.open(subject.tenant, subject.session)
+        files = self._files(subject)
+        path = files.verify(subject.tenant, subject.session)
+        workspace = files.open(subject.tenant, subject.session)
         try:
+            tmp = files.tmp_path(subject.tenant, subject.session)  # open made it
             shown = None if request.announced else event_args(request.args)
             try:
-                return _Prepared(path, workspace, shown, tool.validate(request.args))
+                return _Prepared(path, workspace, shown, tool.validate(request.args), tmp)
             except InvalidInput as exc:  # refused on the loop: the policy may speak first
                 refusal = (type(exc), exc.message, exc.details)
         except BaseException:
             if workspace is not None:
                 workspace.close()
             raise
-        return _Prepared(path, workspace, shown, None, refusal)
+        return _Prepared(path, workspace, shown, None, tmp, refusal)
 
     def _count(self, tenant: str, label: str, result: ToolResult) -> None:
         run = result.execution

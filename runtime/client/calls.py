@@ -3,8 +3,7 @@ answer, with no I/O. `NaviClient` and `AsyncNaviClient` send the same `Call`s, e
 own way; `endpoint` turns a builder below into a method of both (returning the answer, or
 an awaitable of it), so the API is written once and both clients stay typed.
 
-Snapshots: the API has none yet. When it does, their calls go here (and a `snapshots`
-section beside `files` in both clients' docs), built like the files' ones.
+Snapshots (`create_snapshot` … `fork_session`) are built like the files' calls.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from runtime.client.models import (
     HealthOut,
     MessageOut,
     SessionOut,
+    SnapshotOut,
     TenantOut,
     TokenInfo,
     TokenOut,
@@ -78,7 +78,10 @@ def seg(value: str) -> str:
 
 
 def file_path(session: str, path: str) -> str:
-    """`/files/<path>`: '/' stays the separator, '?', '#' and '%' are names."""
+    """`/files/<path>`: '/' stays the separator, '?', '#' and '%' are names. `/tmp/...` is
+    the session's /tmp (its leading '/' sent as `%2F`); any other leading '/' is dropped."""
+    if path == "/tmp" or path.startswith("/tmp/"):
+        return f"/v1/sessions/{seg(session)}/files/%2F{quote(path[1:], safe='/')}"
     return f"/v1/sessions/{seg(session)}/files/{quote(path.lstrip('/'), safe='/')}"
 
 
@@ -214,13 +217,45 @@ def get_file(session: str, path: str, max_bytes: int | None = None) -> Call[byte
     return Call("GET", file_path(session, path), raw, max_bytes=max_bytes)
 
 
-def list_files(session: str) -> Call[list[FileEntryOut]]:
-    """Every file of the workspace: `[{path, size, mtime}]`."""
-    return Call("GET", f"/v1/sessions/{seg(session)}/files", many(FileEntryOut))
+def list_files(session: str, path: str | None = None) -> Call[list[FileEntryOut]]:
+    """Every file of the workspace (or under `path`: a directory of it, or `/tmp`):
+    `[{path, size, mtime}]`."""
+    return Call("GET", f"/v1/sessions/{seg(session)}/files", many(FileEntryOut),
+                params=drop_none(path=path))
 
 
 def delete_file(session: str, path: str) -> Call[None]:
     return Call("DELETE", file_path(session, path), nothing)
+
+
+# ---- snapshots ------------------------------------------------------------------------
+
+def create_snapshot(session: str, name: str | None = None) -> Call[SnapshotOut]:
+    """A consistent copy of the session's files (`/workspace` and `/tmp`)."""
+    return Call("POST", f"/v1/sessions/{seg(session)}/snapshots", one(SnapshotOut),
+                json=drop_none(name=name))
+
+
+def list_snapshots(session: str) -> Call[list[SnapshotOut]]:
+    """The session's snapshots, oldest first."""
+    return Call("GET", f"/v1/sessions/{seg(session)}/snapshots", many(SnapshotOut))
+
+
+def restore_snapshot(session: str, snapshot: str) -> Call[SnapshotOut]:
+    """Make the session's files exactly the snapshot's (`ConflictError` `session_busy`
+    while a call or file operation is in flight)."""
+    return Call("POST", f"/v1/sessions/{seg(session)}/snapshots/{seg(snapshot)}/restore",
+                one(SnapshotOut))
+
+
+def delete_snapshot(session: str, snapshot: str) -> Call[None]:
+    return Call("DELETE", f"/v1/sessions/{seg(session)}/snapshots/{seg(snapshot)}", nothing)
+
+
+def fork_session(session: str, snapshot: str | None = None) -> Call[SessionOut]:
+    """A new session of the same profile with a copy of the files (now, or a snapshot's)."""
+    return Call("POST", f"/v1/sessions/{seg(session)}/fork", one(SessionOut),
+                json=drop_none(snapshot=snapshot))
 
 
 # ---- the agent ------------------------------------------------------------------------
@@ -293,6 +328,11 @@ class Endpoints:
     get_file = endpoint(get_file)
     list_files = endpoint(list_files)
     delete_file = endpoint(delete_file)
+    create_snapshot = endpoint(create_snapshot)
+    list_snapshots = endpoint(list_snapshots)
+    restore_snapshot = endpoint(restore_snapshot)
+    delete_snapshot = endpoint(delete_snapshot)
+    fork_session = endpoint(fork_session)
     post_message = endpoint(post_message)
     list_messages = endpoint(list_messages)
     cancel_turn = endpoint(cancel_turn)

@@ -53,6 +53,8 @@ class Invocation(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     workspace: Path | None = None
     workdir: str = "/workspace"
+    tmp: Path | None = Field(None, description="the session's tmp directory, bind-mounted "
+                             "read-write at /tmp (HOME); None: a fresh tmpfs there")
     mounts: list[Mount] = Field(default_factory=list)
 
 
@@ -70,6 +72,8 @@ class ExecRequest(Invocation):
     exec_id: str = Field(pattern=SAFE_ID_PATTERN)
     tenant: str = "local"
     session: str = Field("local", pattern=SAFE_ID_PATTERN)
+    node: str = Field("local", max_length=128, description="the node that runs it: "
+                      "`runtime.nodes.NodeBackends` picks that node's backend")
     uid: int | None = Field(None, ge=1, description="uid:gid to run as (the tenant's); "
                             "None: the backend's configured sandbox uid")
 

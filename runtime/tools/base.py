@@ -30,7 +30,7 @@ from runtime.sandbox.models import Execution
 
 if TYPE_CHECKING:  # the tools' dependencies, typed; imported for real where they are built
     from runtime.executor import Approver, Executor
-    from runtime.workspace import Workspace
+    from runtime.nodes.base import OpenFiles
 
 ToolGroup = Literal[
     "group:exec",
@@ -121,8 +121,10 @@ class ToolOutcome:
 class ToolContext:
     """Everything one call needs: who asks, where its files are, how to run code.
 
-    - `workspace`: the session's `runtime.workspace.Workspace` (host-side file access);
-      `workspace_path`: its host directory, mounted as the sandbox's working directory.
+    - `workspace`: the session's files on its node (`runtime.nodes.OpenFiles`: locally
+      the `runtime.workspace.Workspace`; host-side file access);
+      `workspace_path`: its host directory, mounted as the sandbox's working directory;
+      `tmp_path`: the session's tmp directory, mounted at /tmp with it (None: a tmpfs).
     - `executor`: the `runtime.executor.Executor`; every sandboxed run and every policy
       check of a tool that runs no code goes through it (so denials are audited).
     - `on_output`: receives live output chunks of a sandboxed run.
@@ -135,8 +137,9 @@ class ToolContext:
     """
 
     subject: Subject
-    workspace: Workspace | None = None
+    workspace: OpenFiles | None = None
     workspace_path: Path | None = None
+    tmp_path: Path | None = None
     executor: Executor | None = None
     on_output: OutputCallback | None = None
     timeout_s: float | None = None

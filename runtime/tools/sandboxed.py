@@ -30,11 +30,12 @@ async def run_sandboxed(
     `SandboxError`)."""
     if ctx.executor is None:
         raise SandboxError("no executor available for this call")
-    workspace = ctx.workspace_path
+    workspace, tmp = ctx.workspace_path, ctx.tmp_path
 
     def in_workspace(ready: Invocation) -> Invocation:
+        # the session's /tmp goes with its files: a call without them keeps a tmpfs
         if ready.workspace is None and workspace is not None:
-            return ready.model_copy(update={"workspace": workspace})
+            return ready.model_copy(update={"workspace": workspace, "tmp": tmp})
         return ready
 
     async def built(decision: Decision) -> Invocation:

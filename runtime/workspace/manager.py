@@ -1,6 +1,7 @@
 """Where session workspaces live on the host, and their creation and removal.
 
 Layout: ``<data_dir>/workspaces/<tenant_id>/<session_id>/workspace`` (the bind-mount source;
+beside it ``tmp``, the sandbox's /tmp: ``runtime.workspace.tmpdir``;
 ``runtime.workspace.disk`` puts each session on a filesystem of its own, sized by its quota).
 The ``workspaces``, tenant and session directories are root-owned ``0o711``: the sandbox user
 can neither list them nor replace a workspace directory with a symlink (Docker resolves
@@ -32,6 +33,7 @@ from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
 from runtime.workspace.mount_guard import MountGuard
+from runtime.workspace.tmpdir import TMP, Root, ensure_tmp
 from runtime.workspace.workspace import Workspace
 
 log = get_logger(__name__)
@@ -113,6 +115,10 @@ class Workspaces:
         """Host path of a session workspace (the bind-mount source). No I/O."""
         return self.session_dir(tenant_id, session_id) / WORKSPACE
 
+    def tmp_path(self, tenant_id: str, session_id: str) -> Path:
+        """Host path of the session's /tmp (a bind-mount source; ``open`` makes it). No I/O."""
+        return self.session_dir(tenant_id, session_id) / TMP
+
     def artifacts_dir(self, tenant_id: str, session_id: str) -> Path:
         """Full outputs of truncated runs: on the session's disk, beside its workspace."""
         return self.session_dir(tenant_id, session_id) / ARTIFACTS
@@ -165,7 +171,8 @@ class Workspaces:
         self.activity.mark_active((tenant_id, session_id))
         session_fd = os.open(session_dir, _NOFOLLOW_DIR)
         try:
-            for name, mode, who in ((WORKSPACE, SESSION_MODE, owner), (ARTIFACTS, 0o700, (0, 0))):
+            for name, mode, who in ((WORKSPACE, SESSION_MODE, owner), (TMP, SESSION_MODE, owner),
+                                    (ARTIFACTS, 0o700, (0, 0))):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o700, dir_fd=session_fd)
                 fd = os.open(name, _NOFOLLOW_DIR, dir_fd=session_fd)
@@ -191,27 +198,37 @@ class Workspaces:
                 self.root / check_tenant_id(tenant_id), size, limit, also=also))
             yield
 
-    def open(self, tenant_id: str, session_id: str) -> Workspace:
-        """The session's ``Workspace`` (close it, or use ``with``): a lease on the session,
-        its disk mounted while any is open. ``NotFound`` if absent."""
+    def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace") -> Workspace:
+        """The session's ``Workspace`` (close it, or use ``with``), or with ``root="tmp"``
+        its /tmp: a lease on the session, its disk mounted while any is open. ``NotFound``
+        if absent. Its operations act as the sandbox uid (``runtime.workspace.actas``)."""
         key = (tenant_id, session_id)
         session_dir = self.session_dir(tenant_id, session_id)
         self.activity.take(key)
         try:
             self._mount(key, session_dir)
-            ws = self._open(tenant_id, session_id)
+            ws = self._open(tenant_id, session_id, root)
         except BaseException:
             self.activity.give(key)
             raise
         ws.on_close = lambda: self.activity.give(key)
         return ws
 
-    def _open(self, tenant_id: str, session_id: str) -> LeasedWorkspace:
+    def _open(self, tenant_id: str, session_id: str, root: Root = "workspace"
+              ) -> LeasedWorkspace:
         tenant_fd = self._tenant_fd(check_tenant_id(tenant_id), create=False)
         try:
             session_fd = os.open(session_id, _NOFOLLOW_DIR, dir_fd=tenant_fd)
             try:
                 fd = os.open(WORKSPACE, _NOFOLLOW_DIR, dir_fd=session_fd)
+                try:
+                    ensure_tmp(session_fd, fd)  # sessions made before /tmp persisted
+                    if root == "tmp":
+                        fd, workspace_fd = os.open(TMP, _NOFOLLOW_DIR, dir_fd=session_fd), fd
+                        os.close(workspace_fd)
+                except BaseException:
+                    os.close(fd)
+                    raise
             finally:
                 os.close(session_fd)
         except FileNotFoundError:
@@ -225,7 +242,8 @@ class Workspaces:
         st = os.fstat(fd)  # files the supervisor writes get the workspace's owner
         owner = (st.st_uid, st.st_gid) if self._is_root else None
         return LeasedWorkspace(fd, limits=self.limits, owner=owner, use_openat2=self.use_openat2,
-                         own_disk=self.disks.enabled and st.st_dev != self._root_dev())
+                               own_disk=self.disks.enabled and st.st_dev != self._root_dev(),
+                               acting=owner)
 
     def _root_dev(self) -> int:
         return os.stat(self.root).st_dev

@@ -37,7 +37,10 @@ class ContextFiles:
         if ws is None:
             return Workspace.at(self.ctx.workspace_path) if self.ctx.workspace_path else None
         return Workspace(os.dup(ws._root_fd), limits=ws.limits, owner=ws.owner,
-                         own_disk=ws.own_disk)
+                         own_disk=ws.own_disk, acting=ws.acting)
+
+    def tmp_path(self, tenant_id: str, session_id: str) -> Path | None:
+        return self.ctx.tmp_path
 
 
 async def call(registry: ToolRegistry, tool: str, args: Any, ctx: ToolContext) -> ToolResult:

@@ -1,6 +1,9 @@
 """Session files over HTTP. Every byte goes through `runtime.workspace` (fd-relative, no links).
 
 Bodies are raw bytes (`application/octet-stream`); the listing is `[{path, size, mtime}]`.
+A path is workspace-relative, or absolute under `/tmp/` for the session's persistent /tmp
+(URL `/files/%2Ftmp/x` or `/files//tmp/x`; `runtime.workspace.tmpdir`). Every operation acts
+as the sandbox uid: what the sandbox made unreadable or read-only is 403 `permission_denied`.
 Uploads stream to disk with the size checked as they arrive (413 past the limit); downloads
 stream from an fd opened beneath the workspace. Never `docker cp` from a live container.
 """
@@ -11,7 +14,7 @@ import asyncio
 import contextlib
 from functools import partial
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
@@ -19,15 +22,18 @@ from runtime.api.disposition import attachment
 from runtime.api.schemas import FileEntryOut
 from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
-from runtime.workspace import Workspace
+from runtime.nodes import OpenFiles
+from runtime.workspace.tmpdir import Root, shown, split_root
 
 router = APIRouter(prefix="/v1/sessions", tags=["files"])
 
 
-async def _workspace(request: Request, principal: SessionUser, session_id: str) -> Workspace:
+async def _workspace(request: Request, principal: SessionUser, session_id: str,
+                     root: Root = "workspace") -> OpenFiles:
     services = get_services(request)
-    await owned_session(services, principal, session_id)
-    return await asyncio.to_thread(services.workspaces.open, principal.tenant_id, session_id)
+    node = services.nodes.for_session(await owned_session(services, principal, session_id))
+    return await asyncio.to_thread(partial(node.open, principal.tenant_id,
+                                           session_id, root=root))
 
 
 async def _record(request: Request, principal: SessionUser, session_id: str,
@@ -41,23 +47,28 @@ async def _record(request: Request, principal: SessionUser, session_id: str,
 
 
 @router.get("/{session_id}/files", response_model=list[FileEntryOut])
-async def list_files(session_id: str, request: Request, principal: SessionUser
+async def list_files(session_id: str, request: Request, principal: SessionUser,
+                     path: str = Query("", max_length=1024, description=(
+                         "list only under this directory (workspace-relative, or /tmp)"))
                      ) -> list[FileEntryOut]:
-    ws = await _workspace(request, principal, session_id)
+    root, rel = split_root(path)
+    ws = await _workspace(request, principal, session_id, root)
     try:
-        entries = await asyncio.to_thread(ws.list)
+        entries = await asyncio.to_thread(ws.list, rel)
     finally:
         ws.close()
-    return [FileEntryOut(path=e.path, size=e.size, mtime=e.mtime) for e in entries]
+    return [FileEntryOut(path=shown(root, e.path), size=e.size, mtime=e.mtime)
+            for e in entries]
 
 
 @router.get("/{session_id}/files/{path:path}", response_class=StreamingResponse,
             responses={200: {"content": {"application/octet-stream": {}}}})
 async def download(session_id: str, path: str, request: Request, principal: SessionUser
                    ) -> StreamingResponse:
-    ws = await _workspace(request, principal, session_id)
+    root, rel = split_root(path)
+    ws = await _workspace(request, principal, session_id, root)
     try:
-        reader = await asyncio.to_thread(ws.open_read, path)
+        reader = await asyncio.to_thread(ws.open_read, rel)
     finally:
         ws.close()
     return StreamingResponse(
@@ -82,12 +93,14 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
         expected = int(length_header)
     services = get_services(request)
     quotas = services.policy.quotas(await services.tenant_name(principal.tenant_id))
-    ws = await _workspace(request, principal, session_id)
+    root, rel = split_root(path)
+    ws = await _workspace(request, principal, session_id, root)
     try:
-        writer = await asyncio.to_thread(partial(ws.writer, path, expected_size=expected,
+        writer = await asyncio.to_thread(partial(ws.writer, rel, expected_size=expected,
                                                  max_bytes=quotas.upload_mb * 1024 * 1024))
         try:
-            await _record(request, principal, session_id, "file.write", writer.shown)
+            await _record(request, principal, session_id, "file.write",
+                          shown(root, writer.shown))
             async for chunk in request.stream():
                 if chunk:
                     await asyncio.to_thread(writer.write, chunk)
@@ -98,16 +111,19 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
             raise
     finally:
         ws.close()
-    return FileEntryOut(path=entry.path, size=entry.size, mtime=entry.mtime)
+    return FileEntryOut(path=shown(root, entry.path), size=entry.size, mtime=entry.mtime)
 
 
 @router.delete("/{session_id}/files/{path:path}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete(session_id: str, path: str, request: Request, principal: SessionUser) -> Response:
-    ws = await _workspace(request, principal, session_id)
+    root, rel = split_root(path)
+    ws = await _workspace(request, principal, session_id, root)
     try:
-        shown = (await asyncio.to_thread(ws.stat, path)).path  # 404 before anything is recorded
-        await _record(request, principal, session_id, "file.delete", shown)
-        await asyncio.to_thread(ws.delete, path)
+        found = (await asyncio.to_thread(ws.stat, rel)).path  # 404 before anything is recorded
+        if not found:
+            raise InvalidInput("invalid path: the workspace or /tmp itself cannot be deleted")
+        await _record(request, principal, session_id, "file.delete", shown(root, found))
+        await asyncio.to_thread(ws.delete, rel)
     finally:
         ws.close()
     return Response(status_code=status.HTTP_204_NO_CONTENT)

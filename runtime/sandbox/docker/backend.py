@@ -386,11 +386,13 @@ class DockerBackend:
         return request.uid if request.uid is not None else self.config.sandbox_uid
 
     def _prepare_workspace(self, request: ExecRequest) -> None:
-        """The sandbox user must own the workspace directory to write in it."""
-        workspace = request.workspace
-        if workspace is None or os.geteuid() != 0:
+        """The sandbox user must own the workspace and tmp directories to write in them."""
+        if os.geteuid() != 0:
             return
-        st = os.lstat(workspace)
         uid = self._uid(request)
-        if (st.st_uid, st.st_gid) != (uid, uid):
-            os.chown(workspace, uid, uid, follow_symlinks=False)
+        for directory in (request.workspace, request.tmp):
+            if directory is None:
+                continue
+            st = os.lstat(directory)
+            if (st.st_uid, st.st_gid) != (uid, uid):
+                os.chown(directory, uid, uid, follow_symlinks=False)

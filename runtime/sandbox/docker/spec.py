@@ -8,8 +8,17 @@ an insecure spec cannot even be constructed:
 
     network none · no host namespaces (ipc/cgroupns private) · never privileged · cap-drop ALL
     no-new-privileges · project seccomp profile · non-root uid:gid · read-only root
-    /tmp tmpfs rw,noexec,nosuid,nodev,size=… · HOME=/tmp · pids · memory = memory+swap
+    /tmp: the session's tmp dir (``ExecRequest.tmp``) bound rw, else tmpfs
+    rw,noexec,nosuid,nodev,size=… · HOME=/tmp · pids · memory = memory+swap
     cpus · ulimits nofile/fsize/core=0 · --init · log driver none · navi.* labels
+
+The session's /tmp is a directory on its disk beside the workspace
+(``runtime.workspace.tmpdir``): it persists between calls, counts in the session's disk quota
+and is ``nosuid,nodev`` as the workspace is (the bind inherits the session disk's and the
+workspaces root's flags: ``hostmounts``). It allows exec as ``/workspace`` does: both are the
+same filesystem and the same uid, so ``noexec`` on one would only send code to the other
+(and ``pip install --user`` puts programs in ``~/.local/bin``). Calls without a session
+(web, ssh, MCP listings) keep the tmpfs.
 
 Egress (``network == "egress"``) never adds a network: only the execution's proxy socket,
 read-only at ``/run/navi/egress.sock``, the proxy environment and the ``navi-egress`` entry.
@@ -35,6 +44,7 @@ RESERVED_ENV = frozenset({"PATH", "HOME", "LANG"})
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 MAX_ENV_BYTES = 64 * 1024
+TMP_TARGET = "/tmp"
 FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev", "/tmp", "/etc", "/usr", "/bin", "/sbin", "/lib")
 
 LABEL_EXEC_ID = "navi.exec_id"
@@ -90,6 +100,10 @@ class ContainerSpec(BaseModel):
     oom_score_adj: int = Field(1000, ge=0, le=1000, description="host OOM killer picks us first")
     hostname: str = "sandbox"
 
+    def tmp_bound(self) -> bool:
+        """Whether /tmp is the session's directory (bound) rather than a tmpfs."""
+        return any(m.target == TMP_TARGET for m in self.mounts)
+
     def security_opt(self) -> list[str]:
         opts = [f"seccomp={self.seccomp_profile}"]
         if self.no_new_privileges:
@@ -108,7 +122,8 @@ class ContainerSpec(BaseModel):
             "read_only": self.read_only_root,
             "ipc_mode": self.ipc_mode,
             "cgroupns": self.cgroupns,
-            "tmpfs": {"/tmp": f"rw,noexec,nosuid,nodev,size={self.tmp_bytes}"},
+            "tmpfs": {} if self.tmp_bound() else
+            {TMP_TARGET: f"rw,noexec,nosuid,nodev,size={self.tmp_bytes}"},
             "pids_limit": self.pids_limit,
             "mem_limit": self.memory_bytes,
             "memswap_limit": self.memory_bytes,
@@ -194,18 +209,30 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
+def _session_dir_source(path: Path, workspaces_root: Path, what: str) -> str:
+    source = _check_source(path, directory=True)
+    root = os.path.realpath(workspaces_root)
+    if os.path.commonpath([root, source]) != root or source == root:
+        raise InvalidInput(f"the {what} must be a directory below the workspaces root")
+    return source
+
+
 def build_mounts(request: ExecRequest, workspaces_root: Path) -> tuple[BindMount, ...]:
-    """The workspace read-write at ``request.workdir`` plus read-only inputs; nothing else."""
+    """The workspace read-write at ``request.workdir``, the session's tmp directory
+    read-write at /tmp, plus read-only inputs; nothing else."""
     mounts: list[BindMount] = []
     targets: set[str] = set()
     if request.workspace is not None:
-        source = _check_source(request.workspace, directory=True)
-        root = os.path.realpath(workspaces_root)
-        if os.path.commonpath([root, source]) != root or source == root:
-            raise InvalidInput("the workspace must be a directory below the workspaces root")
+        source = _session_dir_source(request.workspace, workspaces_root, "workspace")
         target = _check_target(request.workdir)
         mounts.append(BindMount(source=source, target=target, read_only=False))
         targets.add(target)
+    if request.tmp is not None:
+        source = _session_dir_source(request.tmp, workspaces_root, "tmp directory")
+        if any(_overlaps(TMP_TARGET, other) for other in targets):
+            raise InvalidInput("the workspace overlaps /tmp")
+        mounts.append(BindMount(source=source, target=TMP_TARGET, read_only=False))
+        targets.add(TMP_TARGET)
     for mount in request.mounts:
         if not mount.read_only:
             raise InvalidInput(f"extra mount {mount.target!r} must be read-only")
