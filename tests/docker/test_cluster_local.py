@@ -14,51 +14,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runtime.cluster import netns
+from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster, navi, status
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[2]
-IMAGE = "navi/tools-runner:latest"  # small (≈150 MB): the copy into each engine stays short
-
-
-def navi(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "cluster", "local", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )
-
-
-def status(directory: Path) -> dict[str, Any]:
-    done = navi("status", "--dir", str(directory))
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
-
-
-class Cluster:
-    def __init__(self, directory: Path, up: subprocess.CompletedProcess[str], took: float):
-        self.dir = directory
-        self.up = up
-        self.up_s = took
-        self.address = up.stdout.strip().splitlines()[-1].removeprefix("NAVI_CLUSTER=")
-        self.state = json.loads((directory / "state.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    directory = tmp_path_factory.mktemp("cluster") / "c"
-    t0 = time.monotonic()
-    up = navi("up", "--nodes", "2", "--dir", str(directory), "--image", IMAGE)
-    took = time.monotonic() - t0
-    assert up.returncode == 0, up.stderr
-    print(f"\nlocal cluster up in {took:.1f} s:\n{up.stderr}")
-    yield Cluster(directory, up, took)
-    navi("down", "--dir", str(directory))  # a no-op when the last test took it down
+cluster = module_cluster()
 
 
 def driver(cluster: Cluster, code: str, env: dict[str, str]) -> subprocess.Popen[str]:
