@@ -7,11 +7,13 @@ Installing navi-runtime registers it (entry point `inspect_ai: navi`), so an eva
 One Navi session per sample (opened at `sample_init`, deleted at `sample_cleanup`). `exec`
 is one `terminal` call through `POST /v1/sessions/{id}/exec`: decided by the server's
 policy, written to its audit log, run in a fresh sandbox with the session's files as the
-working directory. Files go through the files API. Every request is `runtime.client`'s
-(`AsyncNaviClient`); its exceptions become the ones inspect expects. What a per-call,
-non-root sandbox does not offer raises what inspect expects (README, "inspect_ai"): another
-user (`SandboxUserUnsupportedError`), files outside the workspace (`PermissionError`:
-nothing outside it survives a call).
+working directory. Files go through the files API, workspace files and the session's
+persistent /tmp alike (it acts as the sandbox uid: a file the sandbox made unreadable or
+read-only is a `PermissionError`). Every request is `runtime.client`'s (`AsyncNaviClient`);
+its exceptions become the ones inspect expects. What a per-call, non-root sandbox does not
+offer raises what inspect expects (README, "inspect_ai"): another user
+(`SandboxUserUnsupportedError`), writes outside /workspace and /tmp (`PermissionError`:
+nothing else survives a call).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from runtime.client import (
 )
 
 WORKSPACE = "/workspace"
+TMP = "/tmp"
 SCRATCH = ".inspect-navi-"  # names of the provider's own short-lived workspace files
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INLINE_SCRIPT_BYTES = 60 * 1024  # terminal's command limit is 64 KiB; larger go by file
@@ -87,8 +90,11 @@ def load_config(config: SandboxEnvironmentConfigType | None) -> NaviSandboxConfi
 
 
 def workspace_path(file: str) -> str | None:
-    """The workspace-relative form of `file`, or None when it lies outside the workspace."""
+    """The files API's name for `file`: workspace-relative, `/tmp/...` for the session's
+    /tmp, or None when it lies outside both."""
     path = posixpath.normpath(file if file.startswith("/") else f"{WORKSPACE}/{file}")
+    if path.startswith(f"{TMP}/"):
+        return path
     if path == WORKSPACE or not path.startswith(f"{WORKSPACE}/"):
         return None
     return path[len(WORKSPACE) + 1:]
@@ -96,8 +102,8 @@ def workspace_path(file: str) -> str | None:
 
 def outside(file: str) -> PermissionError:
     return PermissionError(
-        f"{file}: outside the session's workspace ({WORKSPACE}); a Navi sandbox lives for "
-        "one call, so only workspace files persist and only they can be written")
+        f"{file}: outside the session's {WORKSPACE} and {TMP}; a Navi sandbox lives for "
+        "one call, so only those persist and only they can be written")
 
 
 @sandboxenv(name="navi")
