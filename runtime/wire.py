@@ -58,6 +58,15 @@ class SessionOut(BaseModel):
     state: Literal["active", "idle"] = "idle"
 
 
+class SnapshotOut(BaseModel):
+    """A snapshot of a session's files (`POST /v1/sessions/{id}/snapshots`)."""
+
+    id: str
+    name: str | None = None
+    created_at: float
+    bytes: int = Field(description="what it takes on disk (counted in the tenant's quota)")
+
+
 class FileEntryOut(BaseModel):
     path: str
     size: int

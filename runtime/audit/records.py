@@ -32,6 +32,7 @@ StateChange = Literal[
     "file.move", "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
     "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
+    "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000

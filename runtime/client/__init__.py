@@ -34,6 +34,7 @@ from runtime.client.models import (
     FileEntryOut,
     MessageOut,
     SessionOut,
+    SnapshotOut,
     TenantOut,
     TokenInfo,
     TokenOut,
@@ -48,6 +49,6 @@ __all__ = [
     "ConflictError", "Event", "ExecChunk", "ExecOut", "FileEntryOut", "MessageOut",
     "NaviAPIError", "NaviClient", "NaviClientError", "NotFoundError", "PayloadTooLargeError",
     "PermissionDeniedError", "PolicyDeniedError", "RateLimitError", "ResponseTooLarge",
-    "ServerError", "ServiceUnavailableError", "SessionOut", "TenantOut", "TokenInfo",
-    "TokenOut", "ToolOut", "TurnOut", "VerifyOut",
+    "ServerError", "ServiceUnavailableError", "SessionOut", "SnapshotOut", "TenantOut",
+    "TokenInfo", "TokenOut", "ToolOut", "TurnOut", "VerifyOut",
 ]

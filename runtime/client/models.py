@@ -19,6 +19,7 @@ from runtime.wire import (
     HealthOut,
     MessageOut,
     SessionOut,
+    SnapshotOut,
     TenantOut,
     TokenInfo,
     TokenOut,
@@ -84,6 +85,6 @@ class ExecChunk(BaseModel):
 
 __all__ = [
     "AuditRecord", "CancelOut", "Event", "ExecChunk", "ExecOut", "FileEntryOut", "HealthOut",
-    "MessageOut", "SessionOut", "TenantOut", "TokenInfo", "TokenOut", "TokenRole", "ToolOut",
-    "TurnOut", "VerifyOut",
+    "MessageOut", "SessionOut", "SnapshotOut", "TenantOut", "TokenInfo", "TokenOut",
+    "TokenRole", "ToolOut", "TurnOut", "VerifyOut",
 ]
