@@ -10,17 +10,19 @@ holds):
   during writes misses what is still in ``-wal`` or catches pages of different commits;
 - tenants' agent-written tools (``tools/``, small files each written by rename);
 - the audit log, coordinated with its writers (``runtime.audit.backup`` says how and why);
+- the session disks (``workspaces/<tenant>/<session>.img``, files, ``/tmp`` and output
+  artifacts) and their snapshots, each a consistent sparse copy made while it may be in use
+  (``runtime.backup_disks`` says how);
 - the secrets: ``keys/`` (the checkpoint signing key) and ``admin-token``, 0600 in a 0700
   directory, as the backup directory itself.
 
-Order: the databases first, the audit log after them, so every change the copied store
-holds was made before the audit snapshot, and its record (written ahead) is in the copy.
+Order: the databases first, then the session disks, the audit log last, so every change the
+copied store holds and every file change on a copied disk was made before the audit
+snapshot, and its record (written ahead) is in the copy.
 
-Not in it: session workspaces and their output artifacts (each session has a disk of its
-own, loop-mounted, sized by quota; back them up with the host's tools if needed: a
-restored session answers 404 ``no such workspace`` for its files); ``instance_id`` (a
-restored server keeps the target's or makes its own, so two servers never claim the same
-containers); ``audit.instances/`` (lock files); logs; the embedded model.
+Not in it: ``instance_id`` (a restored server keeps the target's or makes its own, so two
+servers never claim the same containers); ``audit.instances/`` (lock files); logs; the
+embedded model; the disks of sessions on other cluster nodes.
 
 Restore puts a backup into an empty or stopped data dir: it refuses while any process has
 the data dir's audit log open (its instance lock is held) and holds the server's instance
@@ -55,6 +57,14 @@ from runtime.audit.instances import live_instances, lock_instance
 from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.mirror import fsync_dir
 from runtime.audit.verify import verify_store
+from runtime.backup_disks import (
+    DiskReport,
+    backup_disks,
+    check_disks,
+    disk_targets,
+    restore_disks,
+    session_rows,
+)
 from runtime.errors import AuditIntegrityError, Conflict, InvalidInput
 from runtime.sandbox.instance import INSTANCE_FILE, INSTANCE_ID_RE
 
@@ -93,6 +103,7 @@ class BackupManifest(BaseModel):
     audit: AuditCopy | None
     store: dict[str, int]
     verified: Verified
+    disks: DiskReport = DiskReport()  # none in backups made before disks were included
 
     @property
     def total_bytes(self) -> int:
@@ -102,6 +113,7 @@ class BackupManifest(BaseModel):
 class RestoreReport(BaseModel):
     data_dir: str
     files: list[BackupFile]
+    disks: DiskReport = DiskReport()
     moved_aside: str | None
     seconds: float
     verified: Verified
@@ -110,7 +122,8 @@ class RestoreReport(BaseModel):
 # -- backup ------------------------------------------------------------------------------
 
 
-def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
+def backup_data_dir(data_dir: Path, dest: Path, *, snapshots: bool = True
+                    ) -> BackupManifest:
     """Copy ``data_dir``'s state into the new (or empty) directory ``dest``; see the module doc.
 
     The copy is made in a hidden sibling directory and renamed to ``dest`` when complete, so
@@ -135,6 +148,9 @@ def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
                 sqlite_backup(data_dir / name, work / name)
                 files.append(_entry(work, name, "sqlite-backup"))
         files += _copy_tree(data_dir / TOOLS_DIR, work / TOOLS_DIR, work)
+        disks = backup_disks(data_dir, work, session_rows(work / STORE_DB),
+                             snapshots=snapshots)
+        files += [_entry(work, rel, "copy") for rel in disks.side_files]
         audit = None
         if (data_dir / DB_NAME).is_file():
             audit = backup_audit(data_dir, work)
@@ -149,7 +165,7 @@ def backup_data_dir(data_dir: Path, dest: Path) -> BackupManifest:
             created_at=datetime.now(UTC).isoformat(timespec="seconds"), source=str(data_dir),
             seconds=round(time.monotonic() - started, 3),
             verify_seconds=round(time.monotonic() - verify_started, 3), files=files, audit=audit,
-            store=_store_summary(work / STORE_DB),
+            store=_store_summary(work / STORE_DB), disks=disks,
             verified=Verified(ok=report.ok, records=report.records,
                               first_bad_seq=report.first_bad_seq, reason=report.reason)
             if report is not None else Verified(ok=True, records=0),
@@ -260,6 +276,9 @@ def read_manifest(backup_dir: Path) -> BackupManifest:
             raise AuditIntegrityError(f"backup file {item.path} is missing")
         if _entry(backup_dir, item.path, item.method).sha256 != item.sha256:
             raise AuditIntegrityError(f"backup file {item.path} differs from the manifest")
+    problem = check_disks(backup_dir, manifest.disks.disks)
+    if problem is not None:
+        raise AuditIntegrityError(problem)
     return manifest
 
 
@@ -288,15 +307,18 @@ def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False) -
                 raise Conflict(f"{data_dir} already holds state ({names}); --force moves it "
                                "aside into pre-restore-<time>/")
             moved = _move_aside(data_dir, present)
+        side = set(manifest.disks.side_files)
         for item in manifest.files:
-            _place(backup_dir, data_dir, item)
+            if item.path not in side:
+                _place(backup_dir, data_dir, item)
+        restore_disks(backup_dir, data_dir, manifest.disks.disks, manifest.disks.side_files)
         fsync_dir(data_dir)
     finally:
         if held is not None:
             os.close(held)
     report = verify_store(data_dir) if manifest.audit is not None else None
     return RestoreReport(
-        data_dir=str(data_dir), files=manifest.files,
+        data_dir=str(data_dir), files=manifest.files, disks=manifest.disks,
         moved_aside=str(moved) if moved is not None else None,
         seconds=round(time.monotonic() - started, 3),
         verified=Verified(ok=report.ok, records=report.records,
@@ -336,7 +358,7 @@ def _targets(data_dir: Path) -> list[Path]:
         paths.append(data_dir / top)
         if top.endswith(".sqlite3"):
             paths += [data_dir / (top + suffix) for suffix in _SIDECARS]
-    return paths
+    return paths + disk_targets(data_dir)
 
 
 def _move_aside(data_dir: Path, paths: list[Path]) -> Path:

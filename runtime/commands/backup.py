@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from runtime.backup import BackupFile, Verified, backup_data_dir, restore_data_dir
+from runtime.backup_disks import DiskReport
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import escape_control
@@ -38,6 +39,19 @@ def _files(files: list[BackupFile]) -> None:
                    f"{f.method}")
 
 
+def _disks(report: DiskReport, verb: str) -> None:
+    sessions = [d for d in report.disks if d.kind == "session"]
+    snaps = [d for d in report.disks if d.kind == "snapshot"]
+    stored = sum(d.stored for d in report.disks)
+    size = sum(d.size for d in report.disks)
+    typer.echo(f"session disks {verb}: {len(sessions)} sessions, {len(snaps)} snapshots, "
+               f"{stored:,} bytes stored (sparse; {size:,} bytes apparent)"
+               + (f", {report.seconds:.2f} s" if report.seconds else ""))
+    for skip in report.skipped:
+        why = "no disk image" if skip.reason == "no_image" else "on another node"
+        typer.echo(f"  not copied: session {skip.session} of tenant {skip.tenant} ({why})")
+
+
 def _verified(verified: Verified, where: Path) -> None:
     if verified.ok:
         typer.echo(f"verified: {verified.records} audit records "
@@ -51,14 +65,17 @@ def backup(
     directory: Annotated[Path, typer.Argument(help="New (or empty) directory for the backup.")],
     data_dir: DataDir = None,
     as_json: AsJson = False,
+    snapshots: Annotated[bool, typer.Option(
+        "--snapshots/--no-snapshots", help="Copy the sessions' snapshots too.")] = True,
 ) -> None:
-    """Copy a data dir's store, audit log and keys, consistently, while it serves.
+    """Copy a data dir's store, audit log, keys and session disks, consistently, while it
+    serves.
 
-    Databases with SQLite's online backup API; the audit mirror cut to the copied chain;
-    session workspaces are not included."""
+    Databases with SQLite's online backup API; each session disk frozen while its image is
+    copied (sparse); the audit mirror cut to the copied chain."""
     source = _data_dir(data_dir)
     try:
-        manifest = backup_data_dir(source, directory)
+        manifest = backup_data_dir(source, directory, snapshots=snapshots)
     except NaviError as exc:
         raise _fail(exc.message) from None
     except OSError as exc:
@@ -80,7 +97,7 @@ def backup(
                        f"{a.mirror_lines} lines, {cp}")
         if manifest.store:
             typer.echo("store: " + ", ".join(f"{k} {v}" for k, v in manifest.store.items()))
-        typer.echo("not included: session workspaces (per-session disks)")
+        _disks(manifest.disks, "copied")
         _verified(manifest.verified, directory)
     if not manifest.verified.ok:
         raise typer.Exit(1)
@@ -112,6 +129,7 @@ def restore(
                    f"into {escape_control(report.data_dir)}: "
                    f"{len(report.files)} files, {total:,} bytes, {report.seconds:.2f} s")
         _files(report.files)
+        _disks(report.disks, "restored")
         if report.moved_aside:
             typer.echo(f"previous state moved aside into {escape_control(report.moved_aside)}")
         _verified(report.verified, target)

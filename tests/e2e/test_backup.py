@@ -67,7 +67,7 @@ def test_backup_while_executions_run_then_restore_and_serve(tmp_path: Path) -> N
             worker.join(60)
         assert not errors, errors
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "verified:" in result.stdout and "not included: session workspaces" in result.stdout
+        assert "verified:" in result.stdout and "session disks copied: 1 sessions" in result.stdout
 
         verify = navi("audit", "verify", "--data-dir", str(copy))
         assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -91,9 +91,9 @@ def test_backup_while_executions_run_then_restore_and_serve(tmp_path: Path) -> N
     try:
         with server2.client(token) as client:
             assert session in [s["id"] for s in client.get("/v1/sessions").json()]
-            # workspaces are not in a backup: the restored session has none (404, not a 500)
-            gone = client.get(f"/v1/sessions/{session}/files")
-            assert gone.status_code == 404, gone.text
+            # its disk came back with it (tests/e2e/test_backup_disks.py checks the files)
+            listed = client.get(f"/v1/sessions/{session}/files")
+            assert listed.status_code == 200, listed.text
             assert client.delete(f"/v1/sessions/{session}").status_code in (200, 204)
             other = client.post("/v1/sessions").json()["id"]
             ran = client.post(f"/v1/sessions/{other}/exec", json={

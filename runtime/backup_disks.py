@@ -1,0 +1,256 @@
+"""Session disks in a backup: each session's image and its snapshots, consistent and sparse.
+
+Why: a session's files live on an ext4 image of its own (``runtime.workspace.disk``); a backup
+without them restores sessions that answer 404 for their files.
+
+How an image is copied while the server serves: ``runtime.workspace.image_copy.copy_image``,
+the primitive snapshots use too. Under the image's cross-process lock (a mount, an idle
+release or a snapshot of that session waits meanwhile), it freezes the session's filesystem
+if it is mounted (FIFREEZE: writers inside a call block for the copy's milliseconds, the
+journal is flushed, the image is clean) and copies the image sparse (only its data ranges);
+an unmounted image is copied as it lies. Each image is consistent on its own, at its own
+moment; sessions are not frozen together.
+
+Which sessions: those in the backup's copy of the store (taken before the disks), on this
+node. A session created after the store copy has no row and its image is left out; one
+deleted meanwhile has no image and is listed as skipped (its restored record answers 404 for
+files, as before). A session of another cluster node has its disk there: skipped too.
+
+Snapshots (``<session>.snapshots/``: ``<id>.img`` and ``<id>.json``, each complete, written by
+rename) are copied beside their session's image, under the same lock, so a restored session
+keeps its checkpoints and "undo this turn" still works.
+
+The backup is a directory, so an image stays sparse as it is written (no archive format in
+between). Its manifest entry carries a digest of its contents that costs only its data to
+compute (``sparse_sha256``): hashing a 1 GiB image byte by byte would read 1 GiB of holes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from runtime.audit.mirror import fsync_dir
+from runtime.workspace.image_copy import (
+    SNAPSHOTS_SUFFIX,
+    copy_file_sparse,
+    copy_image,
+    image_lock,
+    image_of,
+    snapshots_dir,
+)
+
+WORKSPACES = "workspaces"
+DIR_MODE = 0o711  # as the server makes them (runtime.workspace.manager)
+_CHUNK = 1 << 16
+_ZEROS = bytes(_CHUNK)
+
+
+class DiskCopy(BaseModel):
+    """One image in the backup: a session's disk or one of its snapshots."""
+
+    path: str  # relative: workspaces/<tenant>/<session>.img or ….snapshots/<id>.img
+    kind: Literal["session", "snapshot"]
+    tenant: str
+    session: str
+    size: int  # apparent size (the session's quota)
+    stored: int  # bytes the copy occupies (its data blocks)
+    sha256: str  # ``sparse_sha256``
+    seconds: float
+
+
+class DiskSkipped(BaseModel):
+    tenant: str
+    session: str
+    reason: Literal["no_image", "other_node"]
+
+
+class DiskReport(BaseModel):
+    disks: list[DiskCopy] = []
+    side_files: list[str] = []  # snapshot descriptions (.json), relative paths
+    skipped: list[DiskSkipped] = []
+    seconds: float = 0.0
+
+
+def session_rows(store_db: Path) -> list[tuple[str, str, str]]:
+    """(tenant, session, node) of every session in a (copied) store."""
+    if not store_db.is_file():
+        return []
+    uri = f"{store_db.absolute().as_uri()}?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True)) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+        node = "node" if "node" in columns else "'local'"
+        rows = conn.execute(f"SELECT tenant_id, id, {node} FROM sessions "
+                            "ORDER BY tenant_id, created_at").fetchall()
+    return [(str(t), str(s), str(n)) for t, s, n in rows]
+
+
+def backup_disks(data_dir: Path, work: Path, sessions: list[tuple[str, str, str]], *,
+                 snapshots: bool = True) -> DiskReport:
+    """Copy the images of ``sessions`` (and their snapshots) from ``data_dir`` into ``work``."""
+    started = time.monotonic()
+    report = DiskReport()
+    for tenant, session, node in sessions:
+        if node != "local":
+            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                              reason="other_node"))
+            continue
+        session_dir = data_dir / WORKSPACES / tenant / session
+        image = image_of(session_dir)
+        if image.is_symlink() or not image.is_file():
+            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                              reason="no_image"))
+            continue
+        target_dir = _make_dirs(work, tenant)
+        rel = f"{WORKSPACES}/{tenant}/{image.name}"
+        began = time.monotonic()
+        try:
+            stats = copy_image(session_dir, work / rel)
+        except FileNotFoundError:  # deleted while we came to it
+            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                              reason="no_image"))
+            continue
+        report.disks.append(_disk(work, rel, "session", tenant, session, stats.size, began))
+        if snapshots:
+            _copy_snapshots(session_dir, target_dir, work, tenant, session, report)
+        fsync_dir(target_dir)
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _make_dirs(work: Path, tenant: str) -> Path:
+    for folder in (work / WORKSPACES, work / WORKSPACES / tenant):
+        if not folder.is_dir():
+            os.mkdir(folder, 0o700)
+    return work / WORKSPACES / tenant
+
+
+def _copy_snapshots(session_dir: Path, target_dir: Path, work: Path, tenant: str,
+                    session: str, report: DiskReport) -> None:
+    """The session's snapshot files, under the image lock (no snapshot is being made or
+    deleted meanwhile); an image only with its description, and the other way round."""
+    folder = snapshots_dir(session_dir)
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    with image_lock(session_dir):
+        names = {e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)}
+        ids = sorted(n.removesuffix(".img") for n in names
+                     if n.endswith(".img") and n.removesuffix(".img") + ".json" in names)
+        if not ids:
+            return
+        os.mkdir(target_dir / folder.name, 0o700)
+        for sid in ids:
+            rel = f"{WORKSPACES}/{tenant}/{folder.name}/{sid}"
+            began = time.monotonic()
+            stats = copy_file_sparse(folder / f"{sid}.img", work / f"{rel}.img")
+            report.disks.append(_disk(work, f"{rel}.img", "snapshot", tenant, session,
+                                      stats.size, began))
+            copy_file_sparse(folder / f"{sid}.json", work / f"{rel}.json")
+            report.side_files.append(f"{rel}.json")
+        fsync_dir(target_dir / folder.name)
+
+
+def _disk(work: Path, rel: str, kind: Literal["session", "snapshot"], tenant: str,
+          session: str, size: int, began: float) -> DiskCopy:
+    copied = work / rel
+    os.chmod(copied, 0o600)
+    return DiskCopy(path=rel, kind=kind, tenant=tenant, session=session, size=size,
+                    stored=copied.stat().st_blocks * 512, sha256=sparse_sha256(copied),
+                    seconds=round(time.monotonic() - began, 3))
+
+
+# -- digests -----------------------------------------------------------------------------
+
+
+def data_ranges(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """The (start, end) ranges of ``fd`` that hold data (SEEK_DATA/SEEK_HOLE)."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole after pos
+                return
+            raise
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        yield start, end
+        pos = end
+
+
+def sparse_sha256(path: Path) -> str:
+    """SHA-256 of the file's size and of each aligned 64 KiB chunk that is not all zeros,
+    with its offset: equal contents give equal digests however the holes lie (a copy may
+    store zeros the original stored, or the other way round), and only data is read."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        digest.update(size.to_bytes(8, "big"))
+        done = 0  # chunks below this offset are hashed
+        for start, end in data_ranges(fd, size):
+            offset = max(start - start % _CHUNK, done)
+            while offset < end:
+                chunk = os.pread(fd, _CHUNK, offset)
+                if chunk != _ZEROS[:len(chunk)]:
+                    digest.update(offset.to_bytes(8, "big"))
+                    digest.update(chunk)
+                offset += _CHUNK
+            done = offset
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
+# -- restore -----------------------------------------------------------------------------
+
+
+def check_disks(backup_dir: Path, disks: list[DiskCopy]) -> str | None:
+    """What is wrong with the backup's images (missing, outside it, changed), or None."""
+    for disk in disks:
+        rel = Path(disk.path)
+        if rel.is_absolute() or ".." in rel.parts or rel.parts[0] != WORKSPACES:
+            return f"backup lists an image outside its workspaces: {disk.path!r}"
+        path = backup_dir / rel
+        if path.is_symlink() or not path.is_file():
+            return f"backup image {disk.path} is missing"
+        if path.stat().st_size != disk.size or sparse_sha256(path) != disk.sha256:
+            return f"backup image {disk.path} differs from the manifest"
+    return None
+
+
+def restore_disks(backup_dir: Path, data_dir: Path, disks: list[DiskCopy],
+                  side_files: list[str]) -> None:
+    """Put the images (sparse) and snapshot descriptions in place under ``data_dir``, with
+    each session's mount point, as the server lays them out; the server mounts a session's
+    image on its first use."""
+    for rel in [d.path for d in disks] + side_files:
+        target = data_dir / rel
+        for folder in reversed(target.relative_to(data_dir).parents[:-1]):
+            path = data_dir / folder
+            if not path.is_dir():
+                mode = 0o700 if path.name.endswith(SNAPSHOTS_SUFFIX) else DIR_MODE
+                os.mkdir(path, mode)
+                os.chmod(path, mode)  # whatever the umask
+        copy_file_sparse(backup_dir / rel, target)  # made 0600, via a part file
+    for disk in disks:
+        if disk.kind == "session":
+            mount_point = (data_dir / disk.path).with_suffix("")
+            if not mount_point.is_dir():
+                os.mkdir(mount_point, DIR_MODE)
+                os.chmod(mount_point, DIR_MODE)
+    for folder in {(data_dir / rel).parent for rel in [d.path for d in disks] + side_files}:
+        fsync_dir(folder)
+
+
+def disk_targets(data_dir: Path) -> list[Path]:
+    """What a restore replaces: the session disks."""
+    return [data_dir / WORKSPACES]
