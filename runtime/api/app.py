@@ -40,7 +40,6 @@ from runtime.api.routes import shares as share_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
-from runtime.api.session_profiles import SessionProfiles
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.config import Settings
@@ -49,11 +48,13 @@ from runtime.events import EventHub, ReplayLimits
 from runtime.executor import Executor
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
+from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.instance import load_instance_id
+from runtime.sessions.profiles import SessionProfiles
 from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
@@ -86,8 +87,9 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         if backend is None:
             backend = DockerBackend.from_settings(settings, instance_id=instance, warm_pool=True)
         opened.append(backend.close)
+        nodes = Nodes(LocalNode(workspaces, backend))  # a cluster adds its nodes
         secrets = SecretStore(store, SecretBox.in_data_dir(settings.data_dir))
-        executor = Executor(engine=policy, backend=backend, audit=audit,
+        executor = Executor(engine=policy, backend=NodeBackends(nodes), audit=audit,
                             resolve_image=lambda name: image_ref(name, settings),
                             secrets=secrets,
                             refusals=RefusalLimiter(burst=settings.refusal_burst,
@@ -114,7 +116,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         raise
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
-                        workspaces=workspaces, agent=agent,
+                        workspaces=workspaces, nodes=nodes, agent=agent,
                         metrics=metrics, hub=hub, secrets=secrets)
     subagents.services = services
     reflector.services = services

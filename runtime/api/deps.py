@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import structlog
@@ -10,18 +9,12 @@ from fastapi import Depends, Request
 
 from runtime.errors import Forbidden, NotFound, Unauthorized
 from runtime.policy.decision import Subject
+from runtime.sessions.principal import Principal
+from runtime.sessions.principal import subject_for as subject_for  # its old home
 from runtime.store import Role, SessionRecord
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
-
-
-@dataclass(frozen=True)
-class Principal:
-    token_id: str
-    tenant_id: str
-    role: Role
-    expires_at: float | None = None  # Unix time; a stream opened with the token ends then
 
 
 def get_services(request: Request) -> Services:
@@ -105,19 +98,6 @@ async def owned_session(services: Services, principal: Principal, session_id: st
     structlog.contextvars.bind_contextvars(session=record.id)
     return record
 
-
-async def subject_for(services: Services, principal: Principal, session: SessionRecord | None,
-                      profile: str | None = None) -> Subject:
-    """The policy subject of a call: tenant (id and, for policy matching, name), role, token,
-    and the session with its profile (or the tenant's default profile outside a session)."""
-    tenant_name = await services.tenant_name(principal.tenant_id)
-    chosen = (session.profile if session is not None else profile) or (
-        services.policy.default_profile(tenant_name) or "developer")
-    return Subject(tenant=principal.tenant_id, tenant_name=tenant_name, role=principal.role,
-                   user=principal.token_id, profile=chosen,
-                   session=session.id if session is not None else "none",
-                   node=session.node if session is not None else "local",
-                   sandbox_uid=await services.sandbox_uid(principal.tenant_id))
 
 
 async def _session_of_caller(session_id: str, request: Request, principal: SessionUser

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from runtime.api.session_titles import checked_title
+from runtime.sessions.titles import checked_title
 from runtime.store import MAX_EXPIRES_IN_S
 from runtime.wire import (  # the answers: shared with runtime.client
     ExecOut,

@@ -23,17 +23,19 @@ from runtime.events import ApprovalRequired, EventHub, SessionEventBus
 from runtime.executor import Approver, Executor
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
+from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
-from runtime.store import SessionRecord, Store
+from runtime.store import Store
 from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
 
 if TYPE_CHECKING:
     from runtime.agent.service import AgentService
-    from runtime.api.deps import Principal
+    from runtime.cluster.plane import ClusterPlane
+    from runtime.sessions.principal import Principal
     from runtime.store.secrets import SecretStore
 
 log = get_logger(__name__)
@@ -56,16 +58,18 @@ class Services:
     store: Store
     audit: AuditLog
     policy: PolicyEngine
-    backend: SandboxBackend
+    backend: SandboxBackend  # this machine's engine (the local node's)
     executor: Executor
     tools: ToolServices
-    workspaces: Workspaces
+    workspaces: Workspaces  # this machine's session disks (the local node's)
+    nodes: Nodes  # where each session lives: `nodes.for_session(record)`
     hub: EventHub = field(default_factory=EventHub)
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     metrics: Metrics = field(default_factory=Metrics)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     agent: AgentService | None = None  # the agent loop's turns
     secrets: SecretStore | None = None  # tenants' secrets for tools
+    cluster: ClusterPlane | None = None  # NAVI_CLUSTER: the execution nodes
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -135,22 +139,8 @@ class Services:
     def calls(self) -> SessionToolCall:
         """The one way to run a tool in a session (exec route, agent, MCP)."""
         return SessionToolCall(registry=self.tools.registry, executor=self.executor,
-                               workspaces=self.workspaces, hub=self.hub, metrics=self.metrics,
+                               workspaces=self.nodes.get, hub=self.hub, metrics=self.metrics,
                                approver_for=self.approver_for)
-
-    async def end_session(self, record: SessionRecord) -> None:
-        """Delete a session: deny its pending approvals, kill its runs, drop files and events."""
-        self.approvals.cancel_session(record.id)
-        if self.agent is not None:
-            await self.agent.cancel(record.id)
-        with contextlib.suppress(Exception):
-            await self.executor.cancel_session(record.id)
-        with contextlib.suppress(Exception):
-            await self.backend.release_session(record.id)  # its warm containers
-        await self.store.delete_session(record.tenant_id, record.id)
-        await self.tools.notes.drop_session(record.tenant_id, record.id)
-        await asyncio.to_thread(self.workspaces.remove, record.tenant_id, record.id)
-        self.hub.drop(record.id)
 
     async def _close_workspaces(self) -> None:
         await asyncio.to_thread(self.workspaces.close)
@@ -169,6 +159,9 @@ class Services:
             with contextlib.suppress(Exception):
                 await self.agent.close()
         await self.kill_running("supervisor shutdown")
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                await self.cluster.close()
         self.hub.close()
         self.verifier.close()
         for closer in (self.tools.close, self.backend.close, self._close_workspaces,

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from runtime.api.deps import Principal
+    from runtime.sessions.principal import Principal
     from runtime.store import Store
 
 T = TypeVar("T")

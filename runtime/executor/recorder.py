@@ -86,7 +86,8 @@ class Recorder:
             image=image, limits=decision.limits,
             network="egress" if decision.egress_allowlist else "none",
             egress_allowlist=decision.egress_allowlist, exec_id=exec_id,
-            tenant=subject.tenant, session=subject.session, uid=subject.sandbox_uid,
+            tenant=subject.tenant, session=subject.session, node=subject.node,
+            uid=subject.sandbox_uid,
         )
         limits = {**decision.limits.model_dump(), "network": decision.network,
                   "egress": decision.egress_allowlist}

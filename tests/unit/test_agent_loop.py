@@ -11,6 +11,7 @@ import pytest
 
 from runtime.errors import Conflict
 from runtime.sandbox.fake import FakeBackend, FakeResponse
+from runtime.sessions.lifecycle import end_session
 from tests.fakes.agent_harness import AgentHarness, types
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
@@ -297,7 +298,7 @@ async def test_deleting_the_session_ends_its_turn(tmp_path: Path, ollama: FakeOl
         await asyncio.sleep(0.05)
         record = await h.services.store.get_session(h.subject.tenant, h.subject.session)
         assert record is not None
-        await h.services.end_session(record)
+        await end_session(h.services, record)
         events = await listener
         assert h.services.agent.running(h.subject.session) is None
     assert events[-1].data["stop_reason"] == "cancelled"

@@ -25,11 +25,11 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from runtime import __version__
-from runtime.api.deps import Principal, subject_for
 from runtime.api.mcp.sessions import McpSessions
 from runtime.calls import CallRequest, describe_failure
 from runtime.errors import NaviError
 from runtime.logging import get_logger
+from runtime.sessions.principal import Principal, subject_for
 from runtime.store import SessionRecord
 
 if TYPE_CHECKING:
@@ -183,8 +183,10 @@ def _error_result(exc: NaviError) -> types.CallToolResult:
 
 
 async def _files(services: Services, record: SessionRecord) -> list[Any]:
+    node = services.nodes.for_session(record)
+
     def listing() -> list[Any]:
-        ws = services.workspaces.open(record.tenant_id, record.id)
+        ws = node.open(record.tenant_id, record.id)
         try:
             return ws.list()
         finally:
@@ -193,8 +195,10 @@ async def _files(services: Services, record: SessionRecord) -> list[Any]:
 
 
 async def _read(services: Services, record: SessionRecord, path: str) -> bytes:
+    node = services.nodes.for_session(record)
+
     def read() -> bytes:
-        ws = services.workspaces.open(record.tenant_id, record.id)
+        ws = node.open(record.tenant_id, record.id)
         try:
             return ws.read_bytes(path, max_bytes=MAX_RESOURCE_BYTES)
         finally:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from runtime.api.deps import Principal, owned_session
-from runtime.api.session_ops import open_session
+from runtime.api.deps import owned_session
+from runtime.sessions.lifecycle import open_session
+from runtime.sessions.principal import Principal
 from runtime.store import SessionRecord
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from pydantic import Field
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import StrictBody
-from runtime.api.session_titles import title_from_message
 from runtime.errors import NotFound
+from runtime.sessions.titles import title_from_message
 from runtime.wire import CancelOut, MessageOut, TurnOut
 
 router = APIRouter(prefix="/v1/sessions", tags=["agent"])

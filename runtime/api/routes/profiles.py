@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from runtime.api.deps import SessionUser, get_services, subject_for
-from runtime.api.session_profiles import SessionProfiles
+from runtime.sessions.profiles import SessionProfiles
 from runtime.tools.builtin.profiles import ProfileInfo
 
 router = APIRouter(prefix="/v1/profiles", tags=["sessions"])

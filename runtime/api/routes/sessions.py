@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request, Response, status
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import SessionCreate, SessionOut, SessionUpdate
-from runtime.api.session_ops import open_session
-from runtime.api.session_profiles import SessionProfiles
+from runtime.sessions.lifecycle import end_session, open_session
+from runtime.sessions.profiles import SessionProfiles
 from runtime.store import SessionRecord
 from runtime.tools.builtin.profiles import ProfileInfo
 
@@ -86,5 +86,5 @@ async def delete_session(session_id: str, request: Request, principal: SessionUs
     subject = await subject_for(services, principal, record)
     await services.executor.record_action(subject, "session.delete", record.id,
                                           rule=f"roles.{principal.role}")
-    await services.end_session(record)
+    await end_session(services, record)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

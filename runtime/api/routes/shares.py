@@ -60,7 +60,8 @@ async def _live(request: Request, token: str, kind: ShareKind) -> ShareRecord:
 async def download_shared(token: str, request: Request) -> StreamingResponse:
     share = await _live(request, token, "share")
     services = get_services(request)
-    ws = await asyncio.to_thread(services.workspaces.open, share.tenant_id, share.session_id)
+    node = await services.nodes.of_session(share.tenant_id, share.session_id)
+    ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
     try:
         reader = await asyncio.to_thread(ws.open_read, share.path)
     finally:
@@ -78,7 +79,8 @@ async def download_shared(token: str, request: Request) -> StreamingResponse:
 async def view_published(token: str, request: Request) -> Response:
     share = await _live(request, token, "publish")
     services = get_services(request)
-    ws = await asyncio.to_thread(services.workspaces.open, share.tenant_id, share.session_id)
+    node = await services.nodes.of_session(share.tenant_id, share.session_id)
+    ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
     try:
         data = await asyncio.to_thread(ws.read_bytes, share.path, max_bytes=MAX_PUBLISH_BYTES)
     finally:

@@ -5,7 +5,7 @@ The profiles offered are the policy's: those assigned to the caller's tenant tha
 role. A switch is audited (`session.profile`), stored on the session, announced to its
 watchers (`profile_changed`) and used by the agent from its next step: that profile's
 tools, limits and prompt. The directory that knows the tenant, store and audit is the
-app's (`runtime.api.session_profiles`); without one these tools say so.
+app's (`runtime.sessions.profiles`); without one these tools say so.
 """
 
 from __future__ import annotations

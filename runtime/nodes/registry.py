@@ -1,0 +1,110 @@
+"""The nodes a server knows and the one lookup every caller goes through.
+
+Without a cluster there is one, `LocalNode` ("local"). With one, `runtime.cluster` adds a
+`RemoteNode` per live node agent (`add`) and drops it when it leaves (`discard`); a
+session's node id is kept in the store (`SessionRecord.node`) and in its calls' `Subject`.
+`place` picks a new session's node (`placer`, set by the cluster; else local).
+`NodeBackends` is the Executor's backend: it runs each request on `request.node`'s backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from runtime.errors import NodeUnavailable
+from runtime.nodes.base import SessionNode
+from runtime.sandbox.backend import OutputCallback, SandboxBackend
+from runtime.sandbox.models import ExecRequest, ExecResult
+from runtime.store import SessionRecord
+
+
+class Nodes:
+    """Node id -> `SessionNode`; an id with no node is `NodeUnavailable` (503)."""
+
+    def __init__(self, local: SessionNode) -> None:
+        self.local = local
+        self._nodes: dict[str, SessionNode] = {local.id: local}
+        # where a new session goes; `runtime.cluster` sets it (default: this machine)
+        self.placer: Callable[[], Awaitable[SessionNode]] | None = None
+        # (tenant, session) -> its node id from the store; `runtime.cluster` sets it
+        self.lookup: Callable[[str, str], Awaitable[str]] | None = None
+
+    async def place(self) -> SessionNode:
+        """The node a new session is made on."""
+        if self.placer is None:
+            return self.local
+        return await self.placer()
+
+    def get(self, node_id: str) -> SessionNode:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise NodeUnavailable(node_id)
+        return node
+
+    def for_session(self, record: SessionRecord) -> SessionNode:
+        """The node the session lives on (`record.node`)."""
+        return self.get(record.node)
+
+    async def of_session(self, tenant_id: str, session_id: str) -> SessionNode:
+        """The node of a session known by id only (a shared link): this machine without a
+        cluster, else the store's answer (`lookup`)."""
+        if self.lookup is None:
+            return self.local
+        return self.get(await self.lookup(tenant_id, session_id))
+
+    def add(self, node: SessionNode) -> None:
+        self._nodes[node.id] = node
+
+    def discard(self, node_id: str) -> SessionNode | None:
+        if node_id == self.local.id:
+            return None
+        return self._nodes.pop(node_id, None)
+
+    def ids(self) -> list[str]:
+        return list(self._nodes)
+
+    def all(self) -> list[SessionNode]:
+        return list(self._nodes.values())
+
+
+class NodeBackends:
+    """`SandboxBackend` that runs each request on its node's backend (`request.node`)."""
+
+    def __init__(self, nodes: Nodes) -> None:
+        self.nodes = nodes
+        self._running: dict[str, SandboxBackend] = {}  # exec_id -> where it runs
+
+    async def run(
+        self, request: ExecRequest, on_output: OutputCallback | None = None, *,
+        before_start: Awaitable[object] | None = None,
+        settled: Awaitable[object] | None = None,
+    ) -> ExecResult:
+        backend = self.nodes.get(request.node).backend
+        self._running[request.exec_id] = backend
+        try:
+            result = await backend.run(request, on_output, before_start=before_start,
+                                       settled=settled)
+        except asyncio.CancelledError:  # the Executor kills it next: keep where it runs
+            raise
+        except BaseException:
+            self._running.pop(request.exec_id, None)
+            raise
+        self._running.pop(request.exec_id, None)
+        return result
+
+    async def kill(self, exec_id: str) -> None:
+        """On the node it runs on (this machine when not known: as before nodes)."""
+        backend = self._running.pop(exec_id, None) or self.nodes.local.backend
+        await backend.kill(exec_id)
+
+    async def release_session(self, session: str) -> None:
+        """On every node (whoever holds the session's node calls its backend instead)."""
+        for node in self.nodes.all():
+            with contextlib.suppress(NodeUnavailable):
+                await node.backend.release_session(session)
+
+    async def close(self) -> None:
+        """The nodes' backends are closed by whoever made them."""
+        await asyncio.sleep(0)
