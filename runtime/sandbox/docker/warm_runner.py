@@ -1,15 +1,15 @@
 """The in-container runner of a warm container, and the job frame the backend sends it.
 
 A warm container is created and started with the same hardened ``ContainerSpec`` as a cold
-one; only its argv differs: ``python3 -I -c RUNNER``. The runner forks the process that
-will run the job first, then writes one ready byte on stdout (so the pool knows the
-container is up) and blocks on stdin for exactly one job: a 4-byte big-endian length and
-that many bytes of length-prefixed fields: the nonce, ``linger`` and the argv
-(``job_frame``; no ``json``: its import is the runner's largest start-up cost). It passes the argv alone to the
-waiting child, which ``execvp``s it (a fresh program; SIGPIPE/SIGXFSZ back to default as
-under a cold container's init) with the container's env and workdir, except for ``python3 -I
--c CODE [args]`` (what ``code_exec`` runs): the runner is itself ``python3 -I``, so the child
-runs CODE in a fresh ``__main__`` as that command would, without paying a second interpreter
+one; only its argv differs: ``python3 -I -c RUNNER``. The runner forks the process that will
+run the job first, then writes one ready byte on stdout (so the pool knows the container is
+up) and blocks on stdin for exactly one job: a 4-byte big-endian length and that many bytes
+of length-prefixed fields: the nonce, ``linger`` and the argv (``job_frame``; no ``json``:
+its import is the runner's largest start-up cost). It passes the argv alone to the waiting
+child, which ``execvp``s it (a fresh program; SIGPIPE/SIGXFSZ back to default as under a
+cold container's init) with the container's env and workdir, except for ``python3 -I -c CODE
+[args]`` (what ``code_exec`` runs): the runner is itself ``python3 -I``, so the child runs
+CODE in a fresh ``__main__`` as that command would, without paying a second interpreter
 start-up (the container, and so the interpreter, serves this one job).
 What follows the frame on stdin is the job's stdin, up to EOF.
 
