@@ -37,6 +37,7 @@ from runtime.api.routes import (
     secrets as secret_routes,
 )
 from runtime.api.routes import shares as share_routes
+from runtime.api.routes import snapshots as snapshot_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
@@ -196,7 +197,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router, share_routes.router,
-                   profile_routes.router):
+                   profile_routes.router, snapshot_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

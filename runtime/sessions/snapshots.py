@@ -1,0 +1,105 @@
+"""Snapshots and fork as the API and the agent use them: audited first, counted in the quota.
+
+The mechanism is ``runtime.workspace.snapshots`` (blocking image copies); this module adds
+what a change of state needs here: the audit record before the change (``snapshot.create``,
+``snapshot.restore``, ``snapshot.delete``, ``session.fork``; fail closed), the tenant's disk
+quota (``quotas.tenant_disk_mb``, snapshots counted at their allocated bytes), and for a fork
+a new session made the one way sessions are made (``open_session``: profile, quotas,
+``session.create``), which is removed again if its files cannot be copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from runtime.errors import SessionBusy
+from runtime.policy.decision import Subject
+from runtime.sessions.lifecycle import end_session, open_session
+from runtime.store import SessionRecord
+from runtime.store.ids import new_session_id
+from runtime.workspace.snapshots import Admit, Snapshot, Snapshots, new_snapshot_id
+
+if TYPE_CHECKING:
+    from runtime.api.services import Services
+    from runtime.sessions.principal import Principal
+
+MiB = 1024 * 1024
+
+
+class SessionSnapshots:
+    """The snapshots of the sessions of ``services`` (one per app; cheap to make)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.snapshots = Snapshots(services.workspaces)
+
+    def _admit(self, subject: Subject) -> Admit:
+        """Holds the tenant's quota for ``need`` more bytes while a snapshot is made."""
+        spaces = self.services.workspaces
+        limit = self.services.policy.quotas(subject.policy_tenant).tenant_disk_mb * MiB
+
+        @contextlib.contextmanager
+        def admit(need: int) -> Iterator[None]:
+            with spaces.admitting(subject.tenant, need, spaces.count_also(subject.tenant),
+                                  limit):
+                yield
+
+        return admit
+
+    async def list(self, subject: Subject) -> list[Snapshot]:
+        return await asyncio.to_thread(self.snapshots.list, subject.tenant, subject.session)
+
+    async def create(self, subject: Subject, name: str | None) -> Snapshot:
+        sid = new_snapshot_id()
+        await self.services.executor.record_action(
+            subject, "snapshot.create", sid, rule=f"roles.{subject.role}", detail=name)
+        return await asyncio.to_thread(
+            self.snapshots.create, subject.tenant, subject.session, name,
+            admit=self._admit(subject), snapshot_id=sid)
+
+    async def delete(self, subject: Subject, snapshot_id: str) -> None:
+        found = await self._get(subject, snapshot_id)
+        await self.services.executor.record_action(
+            subject, "snapshot.delete", found.id, rule=f"roles.{subject.role}",
+            detail=found.name)
+        await asyncio.to_thread(self.snapshots.delete, subject.tenant, subject.session, found.id)
+
+    async def restore(self, subject: Subject, snapshot_id: str) -> Snapshot:
+        """The session's files become the snapshot's; 409 ``session_busy`` during a call."""
+        found = await self._get(subject, snapshot_id)
+        if self.services.workspaces.activity.busy((subject.tenant, subject.session)):
+            raise SessionBusy("the session has a call or file operation in flight; "
+                              "restore when it ends")  # refused before anything is recorded
+        await self.services.executor.record_action(
+            subject, "snapshot.restore", found.id, rule=f"roles.{subject.role}",
+            detail=found.name)
+        await asyncio.to_thread(self.snapshots.restore, subject.tenant, subject.session,
+                                found.id)
+        return found
+
+    async def fork(self, principal: Principal, subject: Subject, record: SessionRecord,
+                   snapshot_id: str | None) -> SessionRecord:
+        """A new session of the same tenant and profile with the files of ``record`` (as
+        they are now, or as in its snapshot ``snapshot_id``)."""
+        if snapshot_id is not None:
+            await self._get(subject, snapshot_id)
+        new_id = new_session_id()
+        await self.services.executor.record_action(
+            subject, "session.fork", new_id, rule=f"roles.{subject.role}",
+            detail=f"from {record.id}" + (f" snapshot {snapshot_id}" if snapshot_id else ""))
+        forked = await open_session(self.services, principal, profile=record.profile,
+                                    title=record.title, session_id=new_id)
+        try:
+            await asyncio.to_thread(self.snapshots.copy_into, record.tenant_id, record.id,
+                                    snapshot_id, forked.id)
+        except BaseException:
+            await end_session(self.services, forked)
+            raise
+        return forked
+
+    async def _get(self, subject: Subject, snapshot_id: str) -> Snapshot:
+        return await asyncio.to_thread(self.snapshots.get, subject.tenant, subject.session,
+                                       snapshot_id)
