@@ -150,10 +150,10 @@ class NaviSandboxEnvironment(SandboxEnvironment):
                    cwd: str | None = None, env: dict[str, str] | None = None,
                    user: str | None = None, timeout: int | None = None,
                    timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
-        if user is not None:
+        if user is not None and user != "root":
             raise SandboxUserUnsupportedError(
-                f"navi sandboxes run every call as the tenant's own unprivileged uid; "
-                f"running as {user!r} is not supported")
+                f"navi sandboxes run every call as the tenant's own unprivileged uid (or "
+                f"root, where the policy allows it); running as {user!r} is not supported")
         scratch: list[str] = []
         try:
             lines = []
@@ -175,17 +175,20 @@ class NaviSandboxEnvironment(SandboxEnvironment):
                 name = await self._scratch(script.encode())
                 scratch.append(name)
                 script = f"exec bash --noprofile --norc {shlex.quote(f'{WORKSPACE}/{name}')}"
-            return await self._run(script, timeout)
+            return await self._run(script, timeout, root=user == "root")
         finally:
             for name in scratch:
                 with contextlib.suppress(NaviAPIError):
                     await self.client.delete_file(self.session, name)
 
-    async def _run(self, script: str, timeout: int | None) -> ExecResult[str]:
+    async def _run(self, script: str, timeout: int | None, *, root: bool = False
+                   ) -> ExecResult[str]:
+        args = {"command": script, **({"user": "root"} if root else {})}
         try:
-            out = await self.client.exec(self.session, "terminal", {"command": script},
-                                         timeout_s=timeout)
+            out = await self.client.exec(self.session, "terminal", args, timeout_s=timeout)
         except PermissionDeniedError as exc:
+            if root:  # root only where the policy runs the call under gVisor, allow_root
+                raise SandboxUserUnsupportedError(f"running as root: {exc}") from None
             raise PermissionError(f"denied by Navi's policy: {exc}") from None
         except NaviAPIError as exc:
             raise RuntimeError(f"navi exec failed: {exc}") from None

@@ -208,6 +208,9 @@ class PolicyEngine:
         limits = self._limits(profile.limits,
                               [r.limits for r in (group_rule, tool_rule) if r is not None],
                               [o.limits for _, o in overlays], action.timeout_s)
+        if action.args.get("user") == "root" and tool == "terminal" and not limits.allow_root:
+            return _deny(f"{ppath}.limits.allow_root", "running as root needs a profile or "
+                         "tool rule with allow_root: true under runtime: gvisor")
         image = (tool_rule.image if tool_rule and tool_rule.image else None) \
             or self.policy.images.get(tool) or (self.policy.images.get(group) if group else None)
         egress: list[str] = []
@@ -276,6 +279,8 @@ class PolicyEngine:
         wanted = requested if requested is not None and math.isfinite(requested) \
             and requested > 0 else default
         values["timeout_s"] = min(wanted, ceiling)
+        if values["runtime"] != "gvisor":  # a tool rule back on runc: never root there
+            values["allow_root"] = False
         return Limits(**values)
 
 

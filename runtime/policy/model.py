@@ -26,10 +26,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 
 from runtime.policy.decision import Role
-from runtime.sandbox.models import MiB
+from runtime.policy.limits_spec import LimitsSpec as LimitsSpec  # re-exported: its old home
+from runtime.policy.limits_spec import Strict
 
 GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
@@ -88,28 +89,6 @@ ToolRef = Annotated[str, AfterValidator(_tool_ref)]
 Host = Annotated[str, AfterValidator(_host)]
 ImageName = Annotated[str, AfterValidator(_image_name)]
 ApprovalWhen = Literal["always", "first_use", "hash_change"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LimitsSpec(Strict):
-    """Partial limits; unset keys inherit. Bounds are the hard bounds of ``Limits``."""
-
-    timeout_s: float | None = Field(None, gt=0, le=300, description="default timeout")
-    max_timeout_s: float | None = Field(
-        None, gt=0, le=300, description="largest timeout a caller may ask for (clamped)"
-    )
-    memory_mb: int | None = Field(None, ge=16, le=65536)
-    runtime: Literal["runc", "gvisor"] | None = Field(
-        None, description="sandbox tier; overlays can only move to gvisor")
-    pids: int | None = Field(None, ge=8, le=32768)
-    cpus: float | None = Field(None, gt=0, le=64)
-    tmp_mb: int | None = Field(None, ge=1, le=65536)
-    output_bytes: int | None = Field(None, ge=1024, le=256 * MiB, description="per stream")
-    nofile: int | None = Field(None, ge=16, le=1048576)
-    fsize_mb: int | None = Field(None, ge=1, le=65536, description="largest file (disk)")
 
 
 class QuotasSpec(Strict):

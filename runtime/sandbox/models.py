@@ -32,6 +32,7 @@ class Limits(BaseModel):
     fsize_mb: int = Field(1024, ge=1, le=65536, description="largest file a process may write")
     runtime: Runtime = Field("runc", description="runc: the host kernel behind seccomp; gvisor: "
                              "a user-space kernel (runsc) between the code and the host's")
+    allow_root: bool = Field(False, description="a call may run as uid 0 (gvisor only)")
 
 
 class Mount(BaseModel):
@@ -56,6 +57,8 @@ class Invocation(BaseModel):
     tmp: Path | None = Field(None, description="the session's tmp directory, bind-mounted "
                              "read-write at /tmp (HOME); None: a fresh tmpfs there")
     mounts: list[Mount] = Field(default_factory=list)
+    root: bool = Field(False, description="run as uid 0 inside the sandbox: only where the "
+                       "decision's limits say allow_root under gvisor")
 
 
 class ExecRequest(Invocation):
@@ -77,6 +80,12 @@ class ExecRequest(Invocation):
     uid: int | None = Field(None, ge=1, description="uid:gid to run as (the tenant's); "
                             "None: the backend's configured sandbox uid")
 
+
+    @model_validator(mode="after")
+    def _root_only_where_allowed(self) -> ExecRequest:
+        if self.root and not (self.limits.allow_root and self.limits.runtime == "gvisor"):
+            raise ValueError("root inside the sandbox needs limits allow_root under gvisor")
+        return self
 
     @model_validator(mode="after")
     def _egress_needs_a_list(self) -> ExecRequest:

@@ -170,3 +170,40 @@ def test_no_deputy_through_a_symlink_in_tmp(cold: Server) -> None:
         assert resp.status_code == 400, (method, path, resp.text)
         assert resp.json()["error"]["code"] == "invalid_path", resp.text
     assert not Path("/tmp/planted").exists()
+
+
+def _as_root(session: Session) -> httpx.Response:
+    return session.http.post(f"/v1/sessions/{session.id}/exec", json={
+        "tool": "terminal", "args": {"command": "id -u; echo r > /tmp/by-root", "user": "root"}})
+
+
+def test_root_only_under_gvisor_with_allow_root(cold: Server) -> None:
+    for profile in ("developer", "gvisor"):  # no allow_root: refused before anything runs
+        refused = _as_root(Session(cold, profile))
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["rule"] == f"profiles.{profile}.limits.allow_root"
+    session = Session(cold, "gvisor_root")
+    ran = _as_root(session)
+    assert ran.status_code == 200 and ran.json()["stdout"] == "0\n", ran.text
+    assert ran.json()["runtime"] == "gvisor"
+    assert session.sh("id -u")["stdout"] != "0\n"  # without asking: the tenant's uid
+
+
+async def test_the_inspect_provider_runs_root_where_the_policy_allows(cold: Server) -> None:
+    from inspect_ai.util import SandboxUserUnsupportedError
+
+    from runtime.bridges.inspect_sandbox import NaviSandboxConfig, NaviSandboxEnvironment
+
+    for profile, expect_root in (("gvisor_root", True), ("developer", False)):
+        config = NaviSandboxConfig(url=cold.url, token=cold.tenant_with_user()[1],
+                                   profile=profile)
+        envs = await NaviSandboxEnvironment.sample_init("root", config, {})
+        try:
+            env = envs["default"]
+            if expect_root:
+                assert (await env.exec(["whoami"], user="root")).stdout == "root\n"
+            else:
+                with pytest.raises(SandboxUserUnsupportedError):
+                    await env.exec(["whoami"], user="root")
+        finally:
+            await NaviSandboxEnvironment.sample_cleanup("root", config, envs, False)

@@ -32,7 +32,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.egress import CONTAINER_SOCKET, container_env
 from runtime.egress import ENTRY as EGRESS_ENTRY
@@ -71,7 +71,8 @@ class ContainerSpec(BaseModel):
     argv: tuple[str, ...] = Field(min_length=1)
     env: dict[str, str]
     workdir: str
-    user: str = Field(pattern=r"^[1-9][0-9]*:[1-9][0-9]*$", description="never root")
+    user: str = Field(pattern=r"^([1-9][0-9]*:[1-9][0-9]*|0:0)$",
+                      description="never root, but under gVisor when the policy allows it")
     labels: dict[str, str]
     mounts: tuple[BindMount, ...] = ()
     seccomp_profile: str = Field(min_length=2, description="profile JSON text")
@@ -99,6 +100,12 @@ class ContainerSpec(BaseModel):
         description="the tenant's own cgroup: the kernel shares CPU between tenants")
     oom_score_adj: int = Field(1000, ge=0, le=1000, description="host OOM killer picks us first")
     hostname: str = "sandbox"
+
+    @model_validator(mode="after")
+    def _root_only_in_gvisor(self) -> ContainerSpec:
+        if self.user == "0:0" and not self.runtime.startswith("runsc"):
+            raise ValueError("root inside a container only under gVisor (runsc)")
+        return self
 
     def tmp_bound(self) -> bool:
         """Whether /tmp is the session's directory (bound) rather than a tmpfs."""
@@ -310,7 +317,7 @@ def build_spec(
         argv=argv,
         env=env,
         workdir=request.workdir if request.workspace is not None else "/tmp",
-        user=f"{sandbox_uid}:{sandbox_uid}",
+        user="0:0" if request.root else f"{sandbox_uid}:{sandbox_uid}",
         labels=build_labels(request, instance_id=instance_id, lease_until=lease_until),
         mounts=mounts,
         seccomp_profile=seccomp_profile,

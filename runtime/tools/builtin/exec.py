@@ -56,6 +56,9 @@ class TerminalParams(ToolParams):
     cwd: str | None = Field(
         None, max_length=1024,
         description="working directory, relative to the session's files (default: their top)")
+    user: Literal["root"] | None = Field(
+        None, description="root: run as uid 0 inside the sandbox; only where the policy runs "
+                          "the call under gVisor with allow_root (else denied)")
 
     @field_validator("command")
     @classmethod
@@ -121,11 +124,12 @@ class TerminalTool(BuiltinTool[TerminalParams]):
     @staticmethod
     def call_for(params: TerminalParams, workdir: str = WORKDIR) -> Invocation:
         shell = ["bash", "--noprofile", "--norc", "-c"]
+        root = params.user == "root"
         if workdir == WORKDIR:
-            return Invocation(argv=[*shell, params.command])
+            return Invocation(argv=[*shell, params.command], root=root)
         # the workspace stays mounted at /workspace; the command runs, as `bash -c` would
         # run it, from the directory below it (arguments, never text pasted into a script)
-        return Invocation(argv=[*shell, CD_THEN_RUN, workdir, params.command])
+        return Invocation(argv=[*shell, CD_THEN_RUN, workdir, params.command], root=root)
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:
         workdir = await _workdir(ctx, params.cwd)
