@@ -119,9 +119,8 @@ def _start(state: ClusterState, images: list[str], emit: Callable[[str], None]) 
     emit(f"{len(state.nodes)} engines up with {len(images)} images "
          f"({', '.join(images)}) in {time.monotonic() - t0:.1f} s")
     t0 = time.monotonic()
-    cpus = os.cpu_count() or 1
     for n in state.nodes:
-        rayproc.start_node(n.netns, n.id, n.node_ip, state.address, token, Path(n.socket), cpus)
+        _start_ray_node(state, n)
     emit(f"{len(state.nodes)} Ray nodes up ({time.monotonic() - t0:.1f} s)")
     state.up = True
     save(state)
@@ -134,8 +133,20 @@ def start_again(directory: Path, node_id: str) -> None:
     node = next((n for n in state.nodes if n.id == node_id), None) if state else None
     if state is None or node is None:
         raise ClusterError(f"no node {node_id!r} in a local cluster at {directory}")
+    _start_ray_node(state, node)
+
+
+def _start_ray_node(state: ClusterState, node: NodeRecord) -> None:
+    """The node's Ray processes, in its engine's mount namespace, with its own data dir
+    (`<dir>/nodes/<id>/navi`: the node agent's session disks, keys, artifacts)."""
+    pidfile = Path(node.run_dir) / "docker.pid"
+    try:
+        engine = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        raise ClusterError(f"the engine of node {node.id} is not running") from None
     rayproc.start_node(node.netns, node.id, node.node_ip, state.address,
-                       Path(state.token_file), Path(node.socket), os.cpu_count() or 1)
+                       Path(state.token_file), Path(node.socket), os.cpu_count() or 1,
+                       engine, Path(node.data_root).parent / "navi")
 
 
 def node_pids(node: NodeRecord) -> dict[str, int]:

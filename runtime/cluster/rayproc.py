@@ -76,11 +76,16 @@ def start_head(ip: str, port: int, slot: int, temp_dir: Path, token_file: Path) 
 
 
 def start_node(netns: str, node_id: str, ip: str, address: str, token_file: Path,
-               socket: Path, num_cpus: int) -> None:
-    """A Ray node in the namespace; its workers see their own engine in DOCKER_HOST."""
+               socket: Path, num_cpus: int, engine_pid: int, data_dir: Path) -> None:
+    """A Ray node in the namespace and in its engine's mount namespace (the node agent's
+    loop mounts of session disks must be the ones its engine bind-mounts into containers);
+    its workers see their own engine in DOCKER_HOST and their data dir in NAVI_DATA_DIR."""
     resources = json.dumps({NODE_RESOURCE: 1})
-    env = ray_env(token_file, {"DOCKER_HOST": f"unix://{socket}", "NAVI_NODE_ID": node_id})
-    _run(["ip", "netns", "exec", netns, _ray_bin(), "start", f"--address={address}",
+    env = ray_env(token_file, {"DOCKER_HOST": f"unix://{socket}", "NAVI_NODE_ID": node_id,
+                               "NAVI_DATA_DIR": str(data_dir)})
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _run(["nsenter", f"--net=/run/netns/{netns}", f"--mount=/proc/{engine_pid}/ns/mnt",
+          _ray_bin(), "start", f"--address={address}",
           f"--node-ip-address={ip}", f"--resources={resources}", f"--num-cpus={num_cpus}",
           f"--labels={NODE_LABEL}={node_id}", "--disable-usage-stats"],
          env, f"the Ray node {node_id}")
