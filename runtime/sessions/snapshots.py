@@ -15,7 +15,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from runtime.errors import SessionBusy
+from runtime.errors import Conflict, SessionBusy
+from runtime.nodes.base import LOCAL
 from runtime.policy.decision import Subject
 from runtime.sessions.lifecycle import end_session, open_session
 from runtime.store import SessionRecord
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
     from runtime.sessions.principal import Principal
 
 MiB = 1024 * 1024
+
+
+def _local(node: str) -> None:
+    """Snapshots are copies of this machine's session images: not yet of a cluster node's."""
+    if node != LOCAL:
+        raise Conflict(f"snapshots of sessions on cluster node {node!r} are not supported yet")
 
 
 class SessionSnapshots:
@@ -50,9 +57,11 @@ class SessionSnapshots:
         return admit
 
     async def list(self, subject: Subject) -> list[Snapshot]:
+        _local(subject.node)
         return await asyncio.to_thread(self.snapshots.list, subject.tenant, subject.session)
 
     async def create(self, subject: Subject, name: str | None) -> Snapshot:
+        _local(subject.node)
         sid = new_snapshot_id()
         await self.services.executor.record_action(
             subject, "snapshot.create", sid, rule=f"roles.{subject.role}", detail=name)
@@ -93,6 +102,7 @@ class SessionSnapshots:
         forked = await open_session(self.services, principal, profile=record.profile,
                                     title=record.title, session_id=new_id)
         try:
+            _local(forked.node)
             await asyncio.to_thread(self.snapshots.copy_into, record.tenant_id, record.id,
                                     snapshot_id, forked.id)
         except BaseException:
@@ -101,5 +111,6 @@ class SessionSnapshots:
         return forked
 
     async def _get(self, subject: Subject, snapshot_id: str) -> Snapshot:
+        _local(subject.node)
         return await asyncio.to_thread(self.snapshots.get, subject.tenant, subject.session,
                                        snapshot_id)

@@ -7,8 +7,8 @@ image and holds every writer until ``FITHAW``: the copy taken meanwhile is a cle
 of one instant (a call in flight only waits for the copy's milliseconds). The copy is sparse
 (``SEEK_DATA``/``SEEK_HOLE`` with ``copy_file_range``), so it costs what the session holds,
 not the size of its disk. Measured (2 shared cores, ext4 on virtio): a 1 GiB session holding
-100 MiB copies in ≈ 115 ms into 100.7 MiB; an empty one in ≈ 3 ms into 0.7 MiB
-(numbers: ``tests/unit/test_image_copy.py::test_measure_100_mib``).
+100 MiB copies in 75–150 ms into 100.7 MiB; an empty one in 2–5 ms into 0.7 MiB
+(``tests/unit/test_image_copy.py::test_measure_100_mib``).
 
 ``image_lock`` serializes everything that changes or copies one image (mount, release,
 snapshot, restore, ``navi backup`` in another process: two FIFREEZEs on one filesystem
