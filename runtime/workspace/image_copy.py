@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.audit.mirror import fsync_dir
 from runtime.workspace.mount_table import mounts_under
 
 FIFREEZE = 0xC0045877  # _IOWR('X', 119, int)
@@ -140,14 +141,6 @@ def copy_file_sparse(src: Path, dest: Path) -> CopyStats:
     fsync_dir(dest.parent)
     return CopyStats(size=size, allocated=allocated,
                      ms=(time.monotonic() - started) * 1000)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def is_mounted(session_dir: Path) -> bool:

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runtime.audit.mirror import fsync_dir
 from runtime.errors import Conflict, NotFound
 from runtime.logging import get_logger
 from runtime.workspace.image_copy import (
@@ -48,7 +49,6 @@ from runtime.workspace.image_copy import (
     SNAPSHOTS_SUFFIX,
     copy_file_sparse,
     copy_image_locked,
-    fsync_dir,
     image_lock,
     image_of,
     snapshots_dir,

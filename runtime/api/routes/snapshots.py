@@ -14,8 +14,10 @@ from pydantic import Field, field_validator
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import SessionOut, StrictBody
+from runtime.policy.decision import Subject
 from runtime.sessions.snapshots import SessionSnapshots
 from runtime.sessions.titles import checked_title
+from runtime.store import SessionRecord
 from runtime.wire import SnapshotOut
 from runtime.workspace.snapshots import Snapshot
 
@@ -40,42 +42,41 @@ def _out(snap: Snapshot) -> SnapshotOut:
     return SnapshotOut(id=snap.id, name=snap.name, created_at=snap.created_at, bytes=snap.bytes)
 
 
+async def _context(request: Request, principal: SessionUser, session_id: str
+                   ) -> tuple[SessionSnapshots, Subject, SessionRecord]:
+    """The caller's session (another tenant's: 404), its policy subject, the service."""
+    services = get_services(request)
+    record = await owned_session(services, principal, session_id)
+    return (SessionSnapshots(services), await subject_for(services, principal, record), record)
+
+
 @router.post("/{session_id}/snapshots", response_model=SnapshotOut,
              status_code=status.HTTP_201_CREATED)
 async def create_snapshot(session_id: str, request: Request, principal: SessionUser,
                           body: SnapshotBody | None = None) -> SnapshotOut:
-    services = get_services(request)
-    record = await owned_session(services, principal, session_id)
-    subject = await subject_for(services, principal, record)
-    snap = await SessionSnapshots(services).create(subject, body.name if body else None)
-    return _out(snap)
+    snaps, subject, _ = await _context(request, principal, session_id)
+    return _out(await snaps.create(subject, body.name if body else None))
 
 
 @router.get("/{session_id}/snapshots", response_model=list[SnapshotOut])
 async def list_snapshots(session_id: str, request: Request,
                          principal: SessionUser) -> list[SnapshotOut]:
-    services = get_services(request)
-    record = await owned_session(services, principal, session_id)
-    subject = await subject_for(services, principal, record)
-    return [_out(s) for s in await SessionSnapshots(services).list(subject)]
+    snaps, subject, _ = await _context(request, principal, session_id)
+    return [_out(s) for s in await snaps.list(subject)]
 
 
 @router.post("/{session_id}/snapshots/{snapshot_id}/restore", response_model=SnapshotOut)
 async def restore_snapshot(session_id: str, snapshot_id: str, request: Request,
                            principal: SessionUser) -> SnapshotOut:
-    services = get_services(request)
-    record = await owned_session(services, principal, session_id)
-    subject = await subject_for(services, principal, record)
-    return _out(await SessionSnapshots(services).restore(subject, snapshot_id))
+    snaps, subject, _ = await _context(request, principal, session_id)
+    return _out(await snaps.restore(subject, snapshot_id))
 
 
 @router.delete("/{session_id}/snapshots/{snapshot_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_snapshot(session_id: str, snapshot_id: str, request: Request,
                           principal: SessionUser) -> Response:
-    services = get_services(request)
-    record = await owned_session(services, principal, session_id)
-    subject = await subject_for(services, principal, record)
-    await SessionSnapshots(services).delete(subject, snapshot_id)
+    snaps, subject, _ = await _context(request, principal, session_id)
+    await snaps.delete(subject, snapshot_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -83,11 +84,8 @@ async def delete_snapshot(session_id: str, snapshot_id: str, request: Request,
              status_code=status.HTTP_201_CREATED)
 async def fork_session(session_id: str, request: Request, principal: SessionUser,
                        body: ForkBody | None = None) -> SessionOut:
-    services = get_services(request)
-    record = await owned_session(services, principal, session_id)
-    subject = await subject_for(services, principal, record)
-    forked = await SessionSnapshots(services).fork(
-        principal, subject, record, body.snapshot if body else None)
+    snaps, subject, record = await _context(request, principal, session_id)
+    forked = await snaps.fork(principal, subject, record, body.snapshot if body else None)
     return SessionOut(id=forked.id, profile=forked.profile, title=forked.title,
                       created_at=forked.created_at, node=forked.node,
-                      state=services.workspaces.state(forked.tenant_id, forked.id))
+                      state=get_services(request).workspaces.state(forked.tenant_id, forked.id))
