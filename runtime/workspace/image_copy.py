@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.audit.mirror import fsync_dir
-from runtime.workspace.mount_table import mounts_under
+from runtime.workspace.mount_table import FITHAW, mounts_under
 
 FIFREEZE = 0xC0045877  # _IOWR('X', 119, int)
-FITHAW = 0xC0045878  # _IOWR('X', 120, int)
 SNAPSHOTS_SUFFIX = ".snapshots"
 PART = ".part"
 CHUNK = 64 * 1024 * 1024

@@ -3,9 +3,13 @@ start-up reconciliation (``/proc/self/mountinfo`` escapes spaces and such as oct
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 from pathlib import Path
+
+FITHAW = 0xC0045878  # _IOWR('X', 120, int)
 
 
 def _unescape(field: str) -> str:
@@ -27,9 +31,21 @@ def mounts_under(root: Path | str) -> list[str]:
     return found
 
 
+def thaw(point: str) -> None:
+    """Thaw the filesystem at ``point`` if a snapshot's copy left it frozen (its process
+    died mid-copy: ``runtime.workspace.image_copy``); its writers would wait forever."""
+    with contextlib.suppress(OSError):  # EINVAL: not frozen
+        fd = os.open(point, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, FITHAW, 0)
+        finally:
+            os.close(fd)
+
+
 def release(point: str) -> bool:
-    """Detach a mount (lazily: busy mounts go once their last user leaves); a loop device
-    mounted with ``-o loop`` is freed with it (autoclear)."""
+    """Detach a mount (lazily: busy mounts go once their last user leaves), thawed first; a
+    loop device mounted with ``-o loop`` is freed with it (autoclear)."""
+    thaw(point)
     done = subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
     return done.returncode == 0
 

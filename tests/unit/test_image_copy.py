@@ -5,6 +5,8 @@ the cost of a 100 MiB session's copy is measured."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import threading
@@ -15,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
-from runtime.workspace.image_copy import copy_image, image_lock, image_of
-from runtime.workspace.mount_table import mounts_under
+from runtime.workspace.image_copy import FIFREEZE, copy_image, image_lock, image_of
+from runtime.workspace.mount_table import FITHAW, mounts_under, release
 
 pytestmark = pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
 
@@ -97,3 +99,31 @@ def test_measure_100_mib(disks: SessionDisks, capsys: pytest.CaptureFixture[str]
               f"{empty.allocated / MiB:.2f} MiB; holding 100 MiB: {full.ms:.1f} ms, "
               f"{full.allocated / MiB:.2f} MiB (image {image / MiB:.2f} MiB)")
     assert full.allocated >= 100 * MiB and full.allocated <= image
+
+
+def test_a_release_thaws_a_disk_left_frozen(disks: SessionDisks) -> None:
+    """A supervisor killed mid-copy leaves its session's filesystem frozen: the release (by
+    the mount guard, start-up reconcile or unmount) thaws it, else its writers hang."""
+    session = disks.root / "t" / "s4"
+    disks.create(session, 32 * MiB)
+    point_fd = os.open(session, os.O_RDONLY | os.O_DIRECTORY)
+    file_fd = os.open(session / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    wrote = threading.Event()
+
+    def write() -> None:
+        os.write(file_fd, b"x")
+        os.fsync(file_fd)
+        wrote.set()
+
+    try:
+        fcntl.ioctl(point_fd, FIFREEZE, 0)
+        assert release(str(session))
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        assert wrote.wait(5), "the released filesystem stayed frozen"
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(point_fd, FITHAW, 0)
+        os.close(file_fd)
+        os.close(point_fd)
+        disks.remove(session)
