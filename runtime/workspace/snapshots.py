@@ -188,6 +188,7 @@ class Snapshots:
         self.get(tenant_id, session_id, snapshot_id)
         session_dir, folder = self._paths(tenant_id, session_id)
         with image_lock(session_dir):
+            self.get(tenant_id, session_id, snapshot_id)  # not deleted meanwhile
             for ext in ("json", "img"):  # metadata first: no half snapshot is ever listed
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(folder / f"{snapshot_id}.{ext}")
@@ -200,6 +201,7 @@ class Snapshots:
         self.get(tenant_id, session_id, snapshot_id)
         session_dir, folder = self._paths(tenant_id, session_id)
         with self.workspaces.offline(tenant_id, session_id), image_lock(session_dir):
+            self.get(tenant_id, session_id, snapshot_id)  # not deleted meanwhile
             stats = copy_file_sparse(folder / f"{snapshot_id}.img", image_of(session_dir))
         log.info("snapshot_restored", tenant=tenant_id, session=session_id,
                  snapshot=snapshot_id, ms=round(stats.ms, 1))
@@ -212,8 +214,8 @@ class Snapshots:
         target = image_of(self.workspaces.session_dir(tenant_id, target_id))
         with self.workspaces.offline(tenant_id, target_id):
             if snapshot_id is not None:
-                self.get(tenant_id, source_id, snapshot_id)
                 with image_lock(source_dir):
+                    self.get(tenant_id, source_id, snapshot_id)
                     copy_file_sparse(folder / f"{snapshot_id}.img", target)
             else:
                 with self.workspaces.open(tenant_id, source_id), image_lock(source_dir):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from runtime.errors import DiskQuotaExceeded, NotFound, SessionBusy
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import Activity
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
-from runtime.workspace.image_copy import snapshots_dir
+from runtime.workspace.image_copy import image_lock, snapshots_dir
 from runtime.workspace.mount_table import mounts_under
 from runtime.workspace.snapshots import Snapshots, snapshot_bytes
 
@@ -161,3 +163,27 @@ def test_delete_leftovers_and_removal_with_the_session(spaces: Workspaces) -> No
         snaps.get(TENANT, S2, two.id)
     spaces.remove(TENANT, S1)
     assert not folder.exists() and snapshot_bytes(spaces.root / TENANT) == 0
+
+
+def test_a_snapshot_deleted_while_a_restore_waits_is_not_found(spaces: Workspaces) -> None:
+    """The delete holds the image lock first: the restore behind it finds no snapshot (404),
+    not a missing file (500)."""
+    snaps = Snapshots(spaces)
+    snap = snaps.create(TENANT, S1, None, admit=free)
+    folder = snapshots_dir(spaces.session_dir(TENANT, S1))
+    errors: list[BaseException] = []
+
+    def restore() -> None:
+        try:
+            snaps.restore(TENANT, S1, snap.id)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    with image_lock(spaces.session_dir(TENANT, S1)):
+        waiting = threading.Thread(target=restore)
+        waiting.start()
+        time.sleep(0.3)
+        for ext in ("json", "img"):  # what a delete does under the lock
+            (folder / f"{snap.id}.{ext}").unlink()
+    waiting.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], NotFound), errors
