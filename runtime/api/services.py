@@ -27,6 +27,7 @@ from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
 from runtime.sandbox.backend import SandboxBackend
+from runtime.sessions.snapshots import SessionSnapshots
 from runtime.store import Store
 from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
@@ -141,6 +142,11 @@ class Services:
         return SessionToolCall(registry=self.tools.registry, executor=self.executor,
                                workspaces=self.nodes.get, hub=self.hub, metrics=self.metrics,
                                approver_for=self.approver_for)
+
+    @functools.cached_property
+    def snapshots(self) -> SessionSnapshots:
+        """Session snapshots and fork (the routes, and agent turns' checkpoints)."""
+        return SessionSnapshots(self)
 
     async def _close_workspaces(self) -> None:
         await asyncio.to_thread(self.workspaces.close)

@@ -47,7 +47,7 @@ async def _context(request: Request, principal: SessionUser, session_id: str
     """The caller's session (another tenant's: 404), its policy subject, the service."""
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
-    return (SessionSnapshots(services), await subject_for(services, principal, record), record)
+    return services.snapshots, await subject_for(services, principal, record), record
 
 
 @router.post("/{session_id}/snapshots", response_model=SnapshotOut,
