@@ -74,7 +74,7 @@ class NodeBackends:
 
     def __init__(self, nodes: Nodes) -> None:
         self.nodes = nodes
-        self._running: dict[str, SandboxBackend] = {}  # exec_id -> where it runs
+        self._running: dict[str, tuple[str, SandboxBackend]] = {}  # exec_id -> where
 
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
@@ -82,7 +82,7 @@ class NodeBackends:
         settled: Awaitable[object] | None = None,
     ) -> ExecResult:
         backend = self.nodes.get(request.node).backend
-        self._running[request.exec_id] = backend
+        self._running[request.exec_id] = (request.node, backend)
         try:
             result = await backend.run(request, on_output, before_start=before_start,
                                        settled=settled)
@@ -96,8 +96,12 @@ class NodeBackends:
 
     async def kill(self, exec_id: str) -> None:
         """On the node it runs on (this machine when not known: as before nodes)."""
-        backend = self._running.pop(exec_id, None) or self.nodes.local.backend
+        _node, backend = self._running.pop(exec_id, ("", self.nodes.local.backend))
         await backend.kill(exec_id)
+
+    def running_on(self, node_id: str) -> int:
+        """Calls in flight on a node."""
+        return sum(1 for node, _b in self._running.values() if node == node_id)
 
     async def release_session(self, session: str) -> None:
         """On every node (whoever holds the session's node calls its backend instead)."""

@@ -1,0 +1,269 @@
+"""The node agent: a Ray actor that owns one execution node's engine, disks and warm pool.
+
+Why: with a cluster, a session's files and containers live on one node; the control plane
+keeps the API, policy, audit and store and reaches the node only through this actor
+(`runtime.nodes.remote.RemoteNode` is its other end). It is the same hardened machinery as
+on one machine, reused as it is: `DockerBackend` (the node's engine from DOCKER_HOST, its
+images, warm pool, egress proxy, reaper) and `Workspaces` (session disks under the node's
+own data dir, the mount guard, idle release).
+
+The agent takes work only through Ray, which admits only holders of the cluster's token
+(no dashboard, no job API run). Errors go back as `Failed` values (`runtime.nodes.failures`).
+Files move in chunks of at most `CHUNK` bytes a message: reads are a streaming generator,
+writes a handle fed chunk by chunk, committed or aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from runtime.config import Settings
+from runtime.errors import InvalidInput
+from runtime.logging import get_logger
+from runtime.nodes.failures import Failed, packed
+from runtime.sandbox.backend import stream_run
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.instance import load_instance_id
+from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
+from runtime.workspace import AtomicWriter, Workspace, Workspaces
+from runtime.workspace.activity import call_on_loop, release_idle
+from runtime.workspace.tmpdir import Root
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+CHUNK = 1024 * 1024  # the most file bytes in one message
+WRITER_IDLE_S = 600.0  # an upload its control plane forgot is aborted after this
+
+
+def actor_name(node_id: str) -> str:
+    return f"navi-node-{node_id}"
+
+
+@dataclass
+class _Upload:
+    workspace: Workspace
+    writer: AtomicWriter
+    used: float
+
+
+class NodeAgent:
+    """Made by `runtime.nodes.remote.agent_for` as a detached, named async Ray actor pinned
+    to its node. `data_dir`: the node's Navi data dir (default NAVI_DATA_DIR of the node);
+    `disks`: session disks (loop-mounted images) on, off, or None: when the node can."""
+
+    def __init__(self, node_id: str, data_dir: str | None = None,
+                 disks: bool | None = None) -> None:
+        self.node_id = node_id
+        self.settings = Settings() if data_dir is None else Settings(data_dir=Path(data_dir))
+        self.workspaces = Workspaces.from_settings(self.settings)
+        if disks is not None:
+            self.workspaces.disks.enabled = disks and self.workspaces.disks.enabled
+        self.backend = DockerBackend.from_settings(
+            self.settings, instance_id=load_instance_id(self.settings.data_dir), warm_pool=True)
+        self._uploads: dict[str, _Upload] = {}
+        self._started: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[Any]] = []
+
+    # -- life ---------------------------------------------------------------------------------
+
+    async def ready(self) -> dict[str, str]:
+        """Start once (disks, engine, reaper, idle release); who and where this node is."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+        return {"id": self.node_id, "workspaces_root": str(self.workspaces.root)}
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.workspaces.start)
+        self.workspaces.drop_containers = lambda session_id: call_on_loop(
+            loop, lambda: self.backend.release_session(session_id))
+        await self.backend.start()
+        reaper = self.backend.reaper()
+        await reaper.reconcile_startup()
+        self._background += [reaper.start_periodic(self.settings.reaper_interval_s),
+                             asyncio.create_task(release_idle(self.workspaces))]
+        log.info("node_agent_ready", node=self.node_id, data_dir=str(self.settings.data_dir),
+                 pid=os.getpid(), disks=self.workspaces.disks.enabled)
+
+    async def pid(self) -> int:
+        """The agent's process (tests kill it to lose the node)."""
+        return os.getpid()
+
+    async def close(self) -> None:
+        for task in self._background:
+            task.cancel()
+        await self.backend.close()
+        await asyncio.to_thread(self.workspaces.close)
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | Failed:
+        """A blocking disk or file operation on a worker thread; a `NaviError` as `Failed`."""
+        try:
+            await self.ready()
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:
+            return packed(exc)
+
+    # -- session disks ------------------------------------------------------------------------
+
+    async def create(self, tenant_id: str, session_id: str, uid: int | None,
+                     disk_bytes: int | None, tenant_disk_bytes: int | None) -> str | Failed:
+        made = await self._call(self.workspaces.create, tenant_id, session_id, uid=uid,
+                                disk_bytes=disk_bytes, tenant_disk_bytes=tenant_disk_bytes)
+        return made if isinstance(made, Failed) else str(made)
+
+    async def remove(self, tenant_id: str, session_id: str) -> bool | Failed:
+        return await self._call(self.workspaces.remove, tenant_id, session_id)
+
+    async def verify(self, tenant_id: str, session_id: str) -> str | Failed:
+        found = await self._call(self.workspaces.verify, tenant_id, session_id)
+        return found if isinstance(found, Failed) else str(found)
+
+    async def tmp_path(self, tenant_id: str, session_id: str) -> str | Failed:
+        found = await self._call(self.workspaces.tmp_path, tenant_id, session_id)
+        return found if isinstance(found, Failed) else str(found)
+
+    # -- files --------------------------------------------------------------------------------
+
+    async def files(self, tenant_id: str, session_id: str, root: Root, op: str,
+                    *args: Any, **kwargs: Any) -> Any:
+        """One file operation (stat, list, usage_bytes, mkdir, delete, move) on a freshly
+        opened workspace, closed again."""
+        if op not in ("stat", "list", "usage_bytes", "mkdir", "delete", "move"):
+            return Failed("InvalidInput", f"no file operation {op!r}")
+
+        def run() -> Any:
+            with self.workspaces.open(tenant_id, session_id, root=root) as ws:
+                return getattr(ws, op)(*args, **kwargs)
+
+        return await self._call(run)
+
+    async def read(self, tenant_id: str, session_id: str, root: Root, path: str,
+                   max_bytes: int | None = None) -> AsyncIterator[Any]:
+        """Streaming: `(size, mtime)` first (or a `Failed`), then chunks of <= CHUNK bytes."""
+        try:
+            await self.ready()
+            ws = await asyncio.to_thread(self.workspaces.open, tenant_id, session_id, root=root)
+        except Exception as exc:
+            yield packed(exc)
+            return
+        try:
+            try:
+                reader = await asyncio.to_thread(ws.open_read, path)
+                if max_bytes is not None and reader.size > max_bytes:
+                    reader.close()
+                    await asyncio.to_thread(ws.read_bytes, path, max_bytes=max_bytes)  # raises
+            except Exception as exc:
+                yield packed(exc)
+                return
+            yield (reader.size, reader.mtime)
+            with reader:
+                while chunk := await asyncio.to_thread(reader.read, CHUNK):
+                    yield chunk
+        finally:
+            ws.close()
+
+    async def write_open(self, tenant_id: str, session_id: str, root: Root, path: str,
+                         expected_size: int | None, max_bytes: int | None
+                         ) -> tuple[str, str] | Failed:
+        """An upload: its handle and the path as shown; feed it with `write`."""
+        self._sweep_uploads()
+
+        def begin() -> tuple[str, str]:
+            ws = self.workspaces.open(tenant_id, session_id, root=root)
+            try:
+                writer = ws.writer(path, expected_size=expected_size, max_bytes=max_bytes)
+            except BaseException:
+                ws.close()
+                raise
+            handle = uuid.uuid4().hex
+            self._uploads[handle] = _Upload(ws, writer, time.monotonic())
+            return handle, writer.shown
+
+        return await self._call(begin)
+
+    async def write(self, handle: str, data: bytes) -> None | Failed:
+        upload = self._uploads.get(handle)
+        if upload is None:
+            return Failed("NotFound", "no such upload (aborted, or idle too long)")
+        upload.used = time.monotonic()
+        failed = await self._call(upload.writer.write, data)
+        if isinstance(failed, Failed):
+            await self.write_end(handle, commit=False)
+        return failed
+
+    async def write_end(self, handle: str, commit: bool) -> Any:
+        """Commit (the `FileEntry`) or abort an upload; its workspace is closed."""
+        upload = self._uploads.pop(handle, None)
+        if upload is None:
+            return Failed("NotFound", "no such upload (aborted, or idle too long)")
+
+        def end() -> Any:
+            try:
+                if commit:
+                    return upload.writer.commit()
+                upload.writer.abort()
+                return None
+            finally:
+                upload.workspace.close()
+
+        return await self._call(end)
+
+    def _sweep_uploads(self) -> None:
+        now = time.monotonic()
+        for handle, upload in list(self._uploads.items()):
+            if now - upload.used > WRITER_IDLE_S:
+                del self._uploads[handle]
+                with contextlib.suppress(Exception):
+                    upload.writer.abort()
+                upload.workspace.close()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def run(self, request: ExecRequest) -> AsyncIterator[OutputChunk | ExecResult | Failed]:
+        """Streaming: the call's output chunks as they come, then its `ExecResult` (or a
+        `Failed`). The control plane sends it only once the call's audit intent is durable;
+        closing the stream early (the caller gone) kills the container."""
+        lease: Workspace | None = None
+        try:
+            await self.ready()
+            if request.workspace is not None or request.tmp is not None:
+                lease = await self._lease(request)
+            items = cast(AsyncGenerator[OutputChunk | ExecResult, None],
+                         stream_run(self.backend, request))
+            async with contextlib.aclosing(items):
+                async for item in items:
+                    yield item
+        except Exception as exc:
+            yield packed(exc)
+        finally:
+            if lease is not None:
+                lease.close()
+
+    async def _lease(self, request: ExecRequest) -> Workspace:
+        """The session's disk mounted (and kept so for the call) and its paths checked: a
+        call mounts only its own session's workspace and /tmp from this node's disks."""
+        tenant, session = request.tenant, request.session
+        ws = await asyncio.to_thread(self.workspaces.open, tenant, session)
+        wanted = {request.workspace: self.workspaces.path(tenant, session),
+                  request.tmp: self.workspaces.tmp_path(tenant, session)}
+        if any(given is not None and given != path for given, path in wanted.items()):
+            ws.close()
+            raise InvalidInput("a call may mount only its own session's files")
+        return ws
+
+    async def kill(self, exec_id: str) -> None:
+        await self.backend.kill(exec_id)
+
+    async def release_session(self, session_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.backend.release_session(session_id)

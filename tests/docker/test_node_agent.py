@@ -1,0 +1,228 @@
+"""The node agent over a real local cluster: `RemoteNode` <-> `NodeAgent` on a Ray node.
+
+One 2-node cluster for the module (`cluster_rig`). This process joins it as the control
+plane does (the cluster's token, namespace "navi") and gets each node's agent with
+`agent_for`; everything a session needs then crosses the hop for real: its disk, its files
+(in chunks), hardened calls on the node's own engine with their output streamed, kill, the
+node's warm pool. The last test kills n2's agent: n2 is then `NodeUnavailable`, n1 is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from runtime.errors import InvalidPath, NodeUnavailable, NotFound
+from runtime.sandbox.models import ExecRequest, ExecResult, Limits, OutputChunk
+from runtime.store.ids import new_session_id, new_tenant_id
+from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
+
+if TYPE_CHECKING:  # ray reads the token's settings when first imported: not before `plane`
+    from runtime.nodes.remote import RemoteNode
+
+pytestmark = pytest.mark.docker
+cluster = module_cluster()
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def plane(cluster: Cluster) -> Iterator[dict[str, RemoteNode]]:
+    """This process as a control plane: joined with the token, one RemoteNode per node."""
+    from runtime.cluster import link
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+    link.connect(cluster.address, cluster.token_file)  # sets the token, then imports ray
+    from runtime.nodes.remote import agent_for
+
+    lost: list[str] = []
+    try:
+        nodes = {n.id: agent_for(n.id, n.ray_id, on_lost=lost.append)
+                 for n in link.nodes() if n.alive}
+        for node in nodes.values():
+            node.lost = lost  # type: ignore[attr-defined]  # what on_lost was told
+        yield nodes
+    finally:
+        link.disconnect()
+        for key in [k for k in os.environ if k.startswith("RAY_")]:
+            del os.environ[key]
+        os.environ.update(saved)
+
+
+@pytest.fixture
+def session(plane: dict[str, RemoteNode]) -> tuple[RemoteNode, str, str]:
+    node = plane["n1"]
+    tenant, sid = new_tenant_id(), new_session_id()
+    node.create(tenant, sid, uid=65534, disk_bytes=64 * MiB, tenant_disk_bytes=256 * MiB)
+    return node, tenant, sid
+
+
+def request(node: RemoteNode, tenant: str, sid: str, argv: list[str], **extra: Any
+            ) -> ExecRequest:
+    return ExecRequest(argv=argv, image=IMAGE, exec_id=f"ex_{uuid.uuid4().hex[:24]}",
+                       tenant=tenant, session=sid, node=node.id, uid=65534,
+                       workspace=node.verify(tenant, sid), tmp=node.tmp_path(tenant, sid),
+                       limits=Limits(timeout_s=30), **extra)
+
+
+def node_engine(cluster: Cluster, node_id: str, *args: str) -> str:
+    sock = next(n["socket"] for n in cluster.state["nodes"] if n["id"] == node_id)
+    return subprocess.run(["docker", "-H", f"unix://{sock}", *args], capture_output=True,
+                          text=True, check=True, timeout=60).stdout
+
+
+def test_files_cross_the_hop_in_chunks(session: tuple[RemoteNode, str, str]) -> None:
+    node, tenant, sid = session
+    files = node.open(tenant, sid)
+    data = os.urandom(3 * MiB + 123)  # four chunks each way
+    with files.writer("dir/big.bin", expected_size=len(data)) as w:
+        for i in range(0, len(data), 64 * 1024):
+            w.write(data[i:i + 64 * 1024])
+    assert files.stat("dir/big.bin").size == len(data)
+    with files.open_read("dir/big.bin") as reader:
+        assert reader.size == len(data)
+        assert b"".join(reader) == data
+    files.write_bytes("a.txt", b"hello")
+    files.mkdir("sub")
+    moved = files.move("a.txt", "sub/b.txt")
+    assert moved.path == "sub/b.txt"
+    assert sorted(e.path for e in files.list()) == ["dir/big.bin", "sub/b.txt"]
+    assert files.read_bytes("sub/b.txt") == b"hello"
+    assert files.usage_bytes() >= len(data)
+    files.delete("dir")
+    assert [e.path for e in files.list()] == ["sub/b.txt"]
+    with pytest.raises(NotFound):  # the node's errors arrive as themselves
+        files.read_bytes("dir/big.bin")
+    with pytest.raises(InvalidPath):
+        files.stat("../etc/passwd")
+    files.close()
+
+
+PROBE = ("import json, os; s = dict(l.split(':', 1) for l in open('/proc/self/status'));"
+         "open('/workspace/out.txt', 'w').write('from the node');"
+         "print(1); print(json.dumps({'nnp': s['NoNewPrivs'].strip(), 'cap': s['CapEff']"
+         ".strip(), 'uid': os.getuid(), 'nets': sorted(os.listdir('/sys/class/net')),"
+         "'mounts': [l.split()[3] for l in open('/proc/self/mounts') if ' /workspace ' in l]}))")
+
+
+async def test_a_hardened_call_runs_on_the_node_after_its_intent(
+        session: tuple[RemoteNode, str, str], cluster: Cluster) -> None:
+    node, tenant, sid = session
+    opened: list[float] = []
+
+    async def intent() -> None:  # the write-ahead intent, durable only after 0.5 s
+        await asyncio.sleep(0.5)
+        opened.append(time.time())
+
+    call = request(node, tenant, sid, ["python3", "-c", "import time; print(time.time());"
+                                       + PROBE])
+    result = await node.backend.run(call, before_start=intent())
+    assert result.exit_code == 0, result.stderr
+    started, one, probe = result.stdout.decode().splitlines()
+    assert opened and float(started) >= opened[0] - 0.05  # nothing ran before the intent
+    evidence = json.loads(probe)
+    assert one == "1"
+    assert evidence["nnp"] == "1" and int(evidence["cap"], 16) == 0
+    assert evidence["uid"] == 65534 and evidence["nets"] == ["lo"]  # --network none
+    assert evidence["mounts"] and "nosuid" in evidence["mounts"][0].split(",")
+    # the file the call wrote is on the node's disk, where the files API reads it
+    assert node.open(tenant, sid).read_bytes("out.txt") == b"from the node"
+    assert sid not in subprocess.run(["docker", "ps", "-a", "--format", "{{.Labels}}"],
+                                     capture_output=True, text=True).stdout  # not here
+
+
+async def test_output_streams_while_the_call_runs(session: tuple[RemoteNode, str, str]
+                                                  ) -> None:
+    node, tenant, sid = session
+    seen: list[tuple[float, OutputChunk]] = []
+
+    async def on_output(chunk: OutputChunk) -> None:
+        seen.append((time.monotonic(), chunk))
+
+    call = request(node, tenant, sid, ["python3", "-u", "-c",
+                                       "import time; print('a'); time.sleep(1.5); print('b')"])
+    result = await node.backend.run(call, on_output)
+    ended = time.monotonic()
+    assert result.stdout == b"a\nb\n"
+    first = next(t for t, c in seen if b"a" in c.data)
+    assert ended - first >= 1.0, "the first line arrived only with the result"
+
+
+async def test_a_running_call_is_killed_on_its_node(session: tuple[RemoteNode, str, str]
+                                                   ) -> None:
+    node, tenant, sid = session
+    started = asyncio.Event()
+
+    async def on_output(chunk: OutputChunk) -> None:
+        started.set()
+
+    call = request(node, tenant, sid, ["python3", "-u", "-c",
+                                       "import time; print('up'); time.sleep(60)"])
+    running = asyncio.create_task(node.backend.run(call, on_output))
+    await asyncio.wait_for(started.wait(), 30)
+    t0 = time.monotonic()
+    await node.backend.kill(call.exec_id)
+    result: ExecResult = await asyncio.wait_for(running, 20)
+    assert result.exit_code != 0 and time.monotonic() - t0 < 10
+
+
+async def test_the_nodes_warm_pool_serves_the_session(
+        session: tuple[RemoteNode, str, str], cluster: Cluster) -> None:
+    node, tenant, sid = session
+    first = await node.backend.run(request(node, tenant, sid, ["python3", "-c", "print(1)"]))
+    assert first.exit_code == 0
+
+    def warm() -> list[str]:
+        return node_engine(cluster, node.id, "ps", "-q", "--filter",
+                           f"label=navi.session={sid}").split()
+
+    deadline = time.monotonic() + 20
+    while not warm() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    ready = warm()
+    assert ready, "no warm container on the node after a call"
+    second = await node.backend.run(request(node, tenant, sid, ["python3", "-c", "print(2)"]))
+    assert second.stdout == b"2\n"
+    deadline = time.monotonic() + 20  # the used one is removed after the call
+    while ready[0] in warm() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert ready[0] not in warm()  # the ready one served it (single use)
+    await node.backend.release_session(sid)
+    deadline = time.monotonic() + 20
+    while warm() and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert warm() == []
+
+
+def test_a_session_removed_on_its_node_is_gone(session: tuple[RemoteNode, str, str]) -> None:
+    node, tenant, sid = session
+    node.open(tenant, sid).write_bytes("x", b"1")
+    assert node.remove(tenant, sid)
+    with pytest.raises(NotFound):
+        node.open(tenant, sid).list()
+
+
+async def test_a_dead_agent_is_node_unavailable_and_only_its_node(
+        plane: dict[str, RemoteNode], cluster: Cluster) -> None:
+    n1, n2 = plane["n1"], plane["n2"]
+    tenant, sid = new_tenant_id(), new_session_id()
+    n2.create(tenant, sid)
+    pid = n2._link.get(n2._link.actor.pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(NodeUnavailable) as caught:
+        n2.open(tenant, sid).list()
+    assert caught.value.code == "node_unavailable" and "n2" in caught.value.message
+    with pytest.raises(NodeUnavailable):
+        await n2.backend.run(request(n2, tenant, sid, ["true"]))
+    assert "n2" in n2.lost  # type: ignore[attr-defined]
+    other_tenant, other = new_tenant_id(), new_session_id()
+    n1.create(other_tenant, other)
+    assert n1.open(other_tenant, other).list() == []  # n1 goes on
