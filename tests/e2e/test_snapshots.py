@@ -147,9 +147,13 @@ def test_restore_during_a_call_is_session_busy(server: Server) -> None:
         s = client.post("/v1/sessions", json={}).json()["id"]
         put(client, s, "f.txt", b"snapshot")
         snap = snapshot(client, s)
-        call = threading.Thread(target=run, args=(client, s, "sleep 4; echo during > f.txt"))
+        call = threading.Thread(target=run, args=(
+            client, s, "touch started; sleep 5; echo during > f.txt"))
         call.start()
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/sessions/{s}/files/started").status_code != 200:
+            assert time.monotonic() < deadline, "the call did not start"
+            time.sleep(0.1)
         busy = client.post(f"/v1/sessions/{s}/snapshots/{snap['id']}/restore")
         call.join(60)
         assert busy.status_code == 409 and error_code(busy) == "session_busy", busy.text
