@@ -114,6 +114,16 @@ class VerifyOut(BaseModel):
     first_bad_seq: int | None
 
 
+class ClusterNodeOut(BaseModel):
+    """`GET /v1/cluster/nodes`: one execution node as the control plane sees it."""
+
+    id: str
+    address: str
+    state: Literal["alive", "dead"]
+    sessions: int = Field(description="sessions that live on it (all tenants)")
+    running: int = Field(description="executions running on it now")
+
+
 class HealthOut(BaseModel):
     status: Literal["ok"]
     version: str

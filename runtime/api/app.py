@@ -25,6 +25,7 @@ from runtime.api.routes import (
     admin,
     approvals,
     audit,
+    cluster,
     events,
     exec,
     files,
@@ -43,6 +44,7 @@ from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
+from runtime.cluster.serving import join_cluster
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.events import EventHub, ReplayLimits
@@ -124,6 +126,11 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services.background.append(services.hub.start_sweeper())
     _release_idle_sessions(services)
     await _start_sandbox(services)
+    try:
+        await join_cluster(services)  # NAVI_CLUSTER: execution nodes (unset: nothing)
+    except BaseException:
+        await services.close()
+        raise
     return services
 
 
@@ -197,7 +204,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router, share_routes.router,
-                   profile_routes.router, snapshot_routes.router):
+                   profile_routes.router, snapshot_routes.router, cluster.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

@@ -53,7 +53,8 @@ class RayNode:
 
 
 def connect(address: str, token: Path) -> None:
-    """Join the cluster as a driver with the token (blocking: call it in a thread)."""
+    """Join the cluster as a driver with the token (blocking: call it in a thread). Ray
+    reads its token settings when first imported: nothing may import it before this."""
     check_token(token)
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                       RAY_USAGE_STATS_ENABLED="0")
