@@ -34,6 +34,7 @@ from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import annotate, system_prompt
 from runtime.agent.token_check import check_token
 from runtime.agent.tool_runner import Stalled, ToolRunner
+from runtime.agent.turn_snapshots import TurnSnapshots
 from runtime.errors import NaviError
 from runtime.events import ErrorEvent, StopReason, StreamEnd, StreamStart
 from runtime.events import Notice as NoticeEvent
@@ -80,6 +81,12 @@ class Turn:
         self.partial = ""
         self._live: list[str] = []
         self.runner: ToolRunner | None = None
+        service = getattr(setup.services, "snapshots", None)
+        self.checkpoint = (TurnSnapshots(service, setup.services, lambda: self.s.subject,
+                                         setup.turn_id, events.emit)
+                           if service is not None and setup.parent_call is None else None)
+        """Snapshots the session before the turn's first file change (not a sub-agent's:
+        its parent's turn holds the checkpoint)."""
         self.ended: tuple[str, str] | None = None  # (stop reason or "error", final text)
         self.release: Callable[[], None] = lambda: None
         """Called just before the final event, so a client that reacts to it by sending the
@@ -153,7 +160,8 @@ class Turn:
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters}
                  for t in offered]
         self.runner = ToolRunner(s.services.calls, s.subject, self.events,
-                                 {t.name: t.group for t in offered}, s.profile.stall_repeats)
+                                 {t.name: t.group for t in offered}, s.profile.stall_repeats,
+                                 self.checkpoint.before_call if self.checkpoint else None)
         return tools, system_prompt(s.profile, s.persona, [t.name for t in offered])
 
     async def _follow_profile(self) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,14 +63,19 @@ def call_key(name: str, args: Any) -> str:
     return name + "\x00" + json.dumps(args, sort_keys=True, default=str)
 
 
+BeforeCall = Callable[[str, str | None, Any], Awaitable[None]]
+
+
 class ToolRunner:
     def __init__(self, calls: SessionToolCall, subject: Subject, events: TurnEvents,
-                 offered: dict[str, str], stall_repeats: int) -> None:
+                 offered: dict[str, str], stall_repeats: int,
+                 before_call: BeforeCall | None = None) -> None:
         self.calls = calls
         self.subject = subject
         self.events = events
         self.offered = offered  # name -> group, after profile and policy
         self.stall_repeats = stall_repeats
+        self.before_call = before_call  # (tool, group, args): the turn's checkpoint
         self._seen: dict[str, int] = {}
         self.running_exec: str | None = None
 
@@ -92,6 +98,8 @@ class ToolRunner:
         if problem is not None:
             self.calls.refused(self.subject, request, problem, "invalid_tool_call")
             return _failed(call, request.exec_id, problem, code="invalid_tool_call")
+        if self.before_call is not None:
+            await self.before_call(call.name, self.offered.get(call.name), call.arguments)
         self.running_exec = request.exec_id
         try:
             result = await self.calls(self.subject, request)

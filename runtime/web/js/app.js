@@ -12,6 +12,7 @@ import { SessionHead } from "./session_head.js";
 import { SessionsPanel } from "./sessions.js";
 import { EventStream } from "./sse.js";
 import { Timeline } from "./timeline.js";
+import { TurnUndo } from "./turn_undo.js";
 
 const APPROVAL_POLL_MS = 5000;
 const SESSION_HASH = /^#\/sessions\/([^/?#]+)$/;
@@ -227,7 +228,10 @@ class App {
         onTurn: (running) => {
           if (this.active === view) $("#stop-turn").hidden = !running;
         },
-      }) };
+        onTurnEnd: (turnId, slot) => view.undo.attach(turnId, slot),
+      }), undo: new TurnUndo({ api: this.api, sessionId: session.id, onRestored: () => {
+        if (this.active === view) this.files.refresh();
+      } }) };
       this.views.set(session.id, view);
       await this.loadHistory(view);
     }

@@ -8,8 +8,11 @@ import { h, formatTime } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 
 export class Timeline {
-  constructor({ onDecide, onChange, loadImage, findWritten = null, onTurn = () => {} }) {
+  constructor({ onDecide, onChange, loadImage, findWritten = null, onTurn = () => {},
+    onTurnEnd = () => {} }) {
     this.onTurn = onTurn; // (running: boolean) when an agent turn starts or ends
+    this.onTurnEnd = onTurnEnd; // (turn id, slot element at its end): e.g. its undo control
+    this.turnEnds = new Map(); // turn id -> that slot
     this.loadImage = loadImage; // workspace path -> Promise of a blob URL
     this.findWritten = findWritten; // (since, until) -> Promise of files changed in between
     this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
@@ -60,9 +63,13 @@ export class Timeline {
   // A turn still running shows its user message from here and the rest from its events.
   loadHistory(messages) {
     const finished = new Set();
+    const ends = new Map(); // turn id -> when it ended
     for (const msg of messages) {
       const meta = msg.meta || {};
-      if (meta.stop_reason || meta.error) finished.add(msg.turn_id);
+      if (meta.stop_reason || meta.error) {
+        finished.add(msg.turn_id);
+        ends.set(msg.turn_id, toSeconds(msg.created_at));
+      }
     }
     const calls = new Map(); // tool call id -> {arguments, ts of the message that asked}
     for (const msg of messages) {
@@ -95,7 +102,17 @@ export class Timeline {
         this.place(card.el, ts);
       }
     }
+    for (const [turnId, ts] of ends) this.turnEnd(turnId, ts);
     this.skipTurns = finished;
+  }
+
+  // A finished turn's slot, placed after its last item; `onTurnEnd` fills it (or not).
+  turnEnd(turnId, ts) {
+    if (!turnId || this.turnEnds.has(turnId)) return;
+    const slot = h("div", { class: "turn-end", hidden: true, dataset: { turnId } });
+    this.turnEnds.set(turnId, slot);
+    this.place(slot, ts);
+    this.onTurnEnd(turnId, slot);
   }
 
   userMessage(text, ts) {
@@ -144,6 +161,7 @@ export class Timeline {
         this.split = false;
         this.setRunning(false);
         this.onChange();
+        this.turnEnd(event.turn_id, ts);
         break;
       case "tool_call":
         this.outputStarted();
@@ -166,7 +184,10 @@ export class Timeline {
       case "error":
         if (!event.exec_id) this.outputStarted(true);
         this.errorNote(event, ts);
-        if (!event.exec_id) this.setRunning(false);
+        if (!event.exec_id) {
+          this.setRunning(false);
+          this.turnEnd(event.turn_id, ts);
+        }
         break;
       case "resync":
         this.notice(`${event.missed} earlier events were no longer available.`, ts);
