@@ -42,6 +42,13 @@ class Env:
         self.ws = self.manager.open(TENANT, SESSION)
         assert self.ws.uses_openat2 is use_openat2
 
+    def as_sandbox(self, *names: str) -> None:
+        """Give what the test (root) planted to the workspace's owner, as if the sandbox
+        had made it: the workspace acts as that uid."""
+        st = os.stat(self.root)
+        for name in names:
+            os.chown(self.root / name, st.st_uid, st.st_gid, follow_symlinks=False)
+
     def outside_snapshot(self) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(self.outside.iterdir()) if p.is_file()}
 
@@ -145,6 +152,7 @@ def test_delete_tree_with_links_inside_keeps_targets(env: Env) -> None:
     (env.root / "tree" / "deep").mkdir(parents=True)
     os.symlink(env.outside, env.root / "tree" / "deep" / "out")
     os.symlink(env.secret, env.root / "tree" / "s")
+    env.as_sandbox("tree", "tree/deep")  # the sandbox's tree (the API acts as its uid)
     env.ws.delete("tree")
     assert not (env.root / "tree").exists()
     assert env.outside_snapshot() == {"secret.txt": SECRET}
@@ -205,6 +213,7 @@ def test_device_node_is_refused(env: Env) -> None:
         os.mknod(env.root / "null", 0o600 | 0o020000, os.makedev(1, 3))
     except PermissionError:
         pytest.skip("cannot create device nodes here")
+    env.as_sandbox("null")  # readable by the uid the API acts as: refused for what it is
     _refused(lambda: env.ws.read_bytes("null"))
     _refused(lambda: env.ws.stat("null"))
     assert env.ws.list() == []
