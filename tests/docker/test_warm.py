@@ -277,6 +277,22 @@ SAME_AS_COLD = {
     # CPU per container), and the frame carries any argv as it was
     "py_modules": ["python3", "-I", "-c", "import sys; print(sorted(m for m in ('json', 're', "
                    "'enum', 'signal') if m in sys.modules), ascii(sys.argv))", "é", "", "a b\n"],
+    # the runner skips freeing the interpreter after a python job (_exit), but does what a
+    # program can see of the interpreter's exit, in its order
+    "py_exit_steps": ["python3", "-I", "-c", textwrap.dedent("""\
+        import atexit, sys, threading, time
+        class Noisy:
+            def __del__(self):
+                print('del', flush=True)
+        noisy = Noisy()
+        unclosed = open('/workspace/unclosed.txt', 'w')
+        unclosed.write('kept')
+        atexit.register(lambda: print('atexit', open('/workspace/unclosed.txt').read() or '-'))
+        threading.Thread(target=lambda: (time.sleep(0.3), print('thread'))).start()
+        sys.exit(2**40 + 3)
+        """)],
+    "py_exit_none": py("import sys; print('x'); sys.exit(None)"),
+    "py_keyboard": py("raise KeyboardInterrupt"),
     "argv_fields": ["sh", "-c", 'printf "[%s]" "$@"', "x", "é ü", "", "\u2028"],
     "py_exit_text": ["python3", "-I", "-c", "import atexit; atexit.register(print, 'bye'); "
                      "raise SystemExit('gone')"],

@@ -134,7 +134,9 @@ async def exit_state(
         kills = oom_kills(started.container, cgroup_parent)
         if kills is not None:
             return {"ExitCode": code, "OOMKilled": kills > 0}
-    if started.lingering:
+    if started.lingering and not (code is not None and code < 0):
+        # a job ended by a signal: the runner exits by itself with 128+N (killing it here
+        # raced that exit: 137 instead of 130 for a SIGINT, one call in three to five)
         await engine.call(engine.kill_quietly, started.container)
     return await engine.call(engine.final_state, started.container)
 

@@ -102,14 +102,34 @@ if pid == 0:
         main.__dict__["__builtins__"] = __builtins__
         sys.modules["__main__"] = main
         sys.argv = ["-c", *argv[4:]]
+        status = 0
         try:
             exec(compile(argv[3], "<string>", "exec"), main.__dict__)
-        except SystemExit:
-            raise
+        except SystemExit as e:  # as the interpreter's own exit handles it
+            status = e.code
+            if status is None:
+                status = 0
+            elif not isinstance(status, int):
+                print(status, file=sys.stderr)
+                status = 1
         except BaseException as e:
             e.__traceback__ = e.__traceback__.tb_next
             sys.excepthook(type(e), e, e.__traceback__)
-            sys.exit(1)
+            status = 1
+        # What the interpreter's exit does that a program can see, then _exit: freeing the
+        # whole interpreter would cost the call 3-6 ms (runc), 5-9 ms (gVisor)
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # non-daemon threads run to their end
+        import atexit, gc
+        atexit._run_exitfuncs()
+        main.__dict__.clear()  # the job's objects go: __del__, unclosed files flushed
+        gc.collect()
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:
+                status = 120
+        os._exit(status & 0xFF)
     else:
         for s in (_signal.SIGPIPE, _signal.SIGXFSZ):
             _signal.signal(s, _signal.SIG_DFL)
