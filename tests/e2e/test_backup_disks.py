@@ -89,6 +89,10 @@ def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path) -
             exec_code(client, a, "import os\nos.makedirs('out', exist_ok=True)\n"
                       "open('out/result.txt','w').write('computed ' + str(6*7))")
             exec_code(client, b, "open('notes.md','w').write('# only in b\\n' * 1000)")
+            snap = client.post(f"/v1/sessions/{a}/snapshots", json={"name": "v1"})
+            assert snap.status_code == 201, snap.text
+            put = client.put(f"/v1/sessions/{a}/files/since-v1.txt", content=b"since")
+            assert put.status_code == 201, put.text
             client.delete(f"/v1/sessions/{b}/files/missing.txt")
             listed_a = client.get(f"/v1/sessions/{a}/files").json()
             listed_b = client.get(f"/v1/sessions/{b}/files").json()
@@ -104,6 +108,7 @@ def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path) -
 
     disks = manifest["disks"]["disks"]
     assert sorted(d["session"] for d in disks if d["kind"] == "session") == sorted([a, b])
+    assert [d["session"] for d in disks if d["kind"] == "snapshot"] == [a]
     for disk in disks:
         image = copy / disk["path"]
         st = image.stat()
@@ -134,12 +139,20 @@ def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path) -
                 == b"# only in b\n" * 1000
             assert client.get(f"/v1/sessions/{a}/files").json() == listed_a
             assert client.get(f"/v1/sessions/{b}/files").json() == listed_b
+            # the session's snapshot came back too, and restores
+            (kept,) = client.get(f"/v1/sessions/{a}/snapshots").json()
+            assert kept["name"] == "v1" and kept["id"] == snap.json()["id"]
+            assert client.get(f"/v1/sessions/{a}/files/since-v1.txt").content == b"since"
             # and the sandbox sees them too, and can go on writing
             ran = exec_code(client, a, "import hashlib\nprint(hashlib.sha256("
                             "open('data/blob.bin','rb').read()).hexdigest())\n"
                             "open('again.txt','w').write('ok')")
             assert ran["stdout"] == hashlib.sha256(blob).hexdigest() + "\n"
             assert client.get(f"/v1/sessions/{a}/files/again.txt").content == b"ok"
+            resp = client.post(f"/v1/sessions/{a}/snapshots/{kept['id']}/restore")
+            assert resp.status_code == 200, resp.text
+            assert client.get(f"/v1/sessions/{a}/files/since-v1.txt").status_code == 404
+            assert client.get(f"/v1/sessions/{a}/files/data/blob.bin").content == blob
     finally:
         stop_server(server2)
 
