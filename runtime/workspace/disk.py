@@ -124,15 +124,13 @@ class SessionDisks:
         return session_dir in self._mounted
 
     def _growth_left(self) -> int:
-        """What the mounted images may still write: their sizes less what they hold."""
+        """What the mounted images may still write: their sizes less what they hold (idle
+        ones cannot grow: only the mounted are looked at, however many sessions there are)."""
         total = 0
-        for tenant in os.scandir(self.root):
-            if not tenant.is_dir(follow_symlinks=False):
-                continue
-            tenant_dir = Path(tenant.path)
-            for name, st in _image_stats(tenant_dir):
-                if tenant_dir / name in self._mounted:
-                    total += max(0, st.st_size - st.st_blocks * 512)
+        for session_dir in list(self._mounted):
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(self.image(session_dir), follow_symlinks=False)
+                total += max(0, st.st_size - st.st_blocks * 512)
         return total
 
     def admit(self, tenant_dir: Path, size: int, tenant_limit: int, *, also: int = 0) -> None:
