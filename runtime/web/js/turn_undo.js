@@ -7,54 +7,42 @@
 
 import { describeError } from "./api.js";
 import { h, clear } from "./dom.js";
+import { SessionListing } from "./session_listing.js";
 
 const PREFIX = "turn-";
 
-export class TurnUndo {
+// The session's snapshots are the listing (a failed listing offers nothing: an older
+// server, no access); the turns' slots show what it holds.
+export class TurnUndo extends SessionListing {
   constructor({ api, sessionId, onRestored }) {
-    this.api = api;
-    this.sessionId = sessionId;
+    super(api);
+    this.session = sessionId;
     this.onRestored = onRestored; // after a restore: refresh what shows the files
     this.slots = new Map(); // turn id -> its slot element
     this.snapshots = new Map(); // turn id -> snapshot id
-    this.pending = null;
   }
 
   base() {
-    return `/v1/sessions/${encodeURIComponent(this.sessionId)}/snapshots`;
+    return `/v1/sessions/${encodeURIComponent(this.session)}/snapshots`;
   }
 
   attach(turnId, slot) {
     this.slots.set(turnId, slot);
-    this.render(turnId);
+    this.renderSlot(turnId);
     this.refreshSoon();
   }
 
-  refreshSoon() {
-    if (this.pending) return;
-    this.pending = setTimeout(() => {
-      this.pending = null;
-      this.refresh();
-    }, 200);
-  }
-
-  async refresh() {
-    let rows;
-    try {
-      rows = await this.api.get(this.base());
-    } catch {
-      return; // no snapshots here (an older server, no access): nothing to offer
-    }
+  render(rows) {
     this.snapshots = new Map();
-    for (const row of Array.isArray(rows) ? rows : []) {
+    for (const row of rows) {
       if (typeof row.name === "string" && row.name.startsWith(PREFIX)) {
         this.snapshots.set(row.name.slice(PREFIX.length), String(row.id));
       }
     }
-    for (const turnId of this.slots.keys()) this.render(turnId);
+    for (const turnId of this.slots.keys()) this.renderSlot(turnId);
   }
 
-  render(turnId) {
+  renderSlot(turnId) {
     const slot = this.slots.get(turnId);
     if (!slot || slot.dataset.state) return; // asking, restoring or done: leave it
     const snapshot = this.snapshots.get(turnId);
@@ -76,7 +64,7 @@ export class TurnUndo {
     yes.addEventListener("click", () => this.restore(slot, turnId, snapshot));
     no.addEventListener("click", () => {
       slot.dataset.state = "";
-      this.render(turnId);
+      this.renderSlot(turnId);
     });
     clear(slot).append(h("span", { class: "undo-question", text: "Put the files back as " +
       "they were before this turn? Changes made since, by this turn and later ones, are lost." }),
@@ -91,7 +79,7 @@ export class TurnUndo {
       await this.api.post(`${this.base()}/${encodeURIComponent(snapshot)}/restore`);
     } catch (err) {
       slot.dataset.state = "";
-      this.render(turnId);
+      this.renderSlot(turnId);
       slot.append(h("span", { class: "undo-error", role: "alert",
         text: `Undo failed: ${describeError(err)}` }));
       return;
