@@ -31,6 +31,7 @@ from runtime.events import Notice
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.tools import ToolContext
+from runtime.workspace.snapshots import Snapshot
 
 log = get_logger(__name__)
 
@@ -41,23 +42,12 @@ CHANGING_TOOLS = frozenset({"edit_file", "spawn_agent"})
 CHANGING_FS_ACTIONS = frozenset({"write", "delete", "move"})
 
 
-class SnapshotLike(Protocol):
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def created_at(self) -> Any: ...
-
-
 class SnapshotService(Protocol):
     """What the turn needs of the audited snapshot service (``runtime.sessions.snapshots``)."""
 
-    async def create(self, subject: Subject, name: str) -> Any: ...
+    async def create(self, subject: Subject, name: str) -> Snapshot: ...
 
-    async def list(self, subject: Subject) -> Sequence[Any]: ...
+    async def list(self, subject: Subject) -> Sequence[Snapshot]: ...
 
     async def delete(self, subject: Subject, snapshot_id: str) -> None: ...
 
@@ -125,7 +115,7 @@ class TurnSnapshots:
     async def _prune(self, subject: Subject) -> None:
         """Delete the session's turn snapshots beyond the newest ``keep``."""
         turns = [s for s in await self.service.list(subject)
-                 if str(getattr(s, "name", "")).startswith(PREFIX)]
+                 if (s.name or "").startswith(PREFIX)]
         turns.sort(key=lambda s: (s.created_at, s.id))
         for old in turns[:max(0, len(turns) - self.keep)]:
             await self.service.delete(subject, old.id)
