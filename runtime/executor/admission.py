@@ -16,7 +16,7 @@ from typing import Any
 from runtime.audit.records import AuditEntry, digest_json
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
-from runtime.errors import DiskQuotaExceeded, PolicyDenied, QuotaExceeded
+from runtime.errors import DiskQuotaBusy, DiskQuotaExceeded, PolicyDenied, QuotaExceeded
 from runtime.executor.outcome import Approver, Invocation, InvocationFor
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
@@ -112,7 +112,7 @@ class Admission:
         try:
             built = build(decision)
             return await built if inspect.isawaitable(built) else built
-        except DiskQuotaExceeded as exc:
+        except (DiskQuotaExceeded, DiskQuotaBusy) as exc:
             await self.refused(AuditEntry(kind="denied", decision="deny",
                                           rule="quotas.tenant_disk_mb", reason=exc.message,
                                           **base))

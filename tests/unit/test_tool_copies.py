@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from runtime.config import PROJECT_ROOT
-from runtime.errors import DiskQuotaExceeded, QuotaExceeded
+from runtime.errors import DiskQuotaBusy, QuotaExceeded
 from runtime.policy import PolicyEngine
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.tools.user.descriptor import content_hash
@@ -172,28 +172,35 @@ needs_disks = pytest.mark.skipif(not loop_mounts_available(),
 @needs_disks
 async def test_copies_count_in_the_tenant_disk_quota(tmp_path: Path) -> None:
     """A 32 MiB quota holds one 16 MiB session and a second one, but not a second one and a
-    tool copy; and with both sessions made, the copy is refused before it is written."""
+    tool copy; and with both sessions made, the copy is refused before it is written. The
+    sessions are in use meanwhile (an open workspace, as a call holds): an idle one would be
+    released for room (tests/unit/test_idle_disks.py), so the refusals are 429s."""
     rig = await make_rig(tmp_path, disks=True, tenant_disk_mb=32, session_disk_mb=16)
     ws = rig.workspaces
     limit = 32 * MiB
+    held = []
     try:
         ws.create(TENANT, "s_" + "1" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
         await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout")})
         assert (await rig.invoke("test_tool", {"name": "shout"})).success
         assert rig.services.user_tools.store.objects.tenant_bytes(TENANT) >= 4096
-        with pytest.raises(DiskQuotaExceeded):  # 16 + 16 MiB + the copy > 32 MiB
+        held.append(ws.open(TENANT, "s_" + "1" * 16))
+        with pytest.raises(DiskQuotaBusy):  # 16 + 16 MiB + the copy > 32 MiB
             ws.create(TENANT, "s_" + "2" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
 
         await rig.invoke("delete_tool", {"name": "shout"})
         assert rig.listed() == []
         ws.create(TENANT, "s_" + "2" * 16, disk_bytes=16 * MiB, tenant_disk_bytes=limit)
+        held.append(ws.open(TENANT, "s_" + "2" * 16))
         await rig.invoke("write_tool", {"name": "shout", "code": tool_source("shout")})
-        with pytest.raises(DiskQuotaExceeded):  # the quota is full: no copy, nothing runs
+        with pytest.raises(DiskQuotaBusy):  # the quota is full: no copy, nothing runs
             await rig.invoke("test_tool", {"name": "shout"})
         assert rig.listed() == [] and len(rig.backend.requests) == 1
         [denied] = await rig.audit.records(kind="denied")
         assert denied.rule == "quotas.tenant_disk_mb" and denied.tool == "shout"
     finally:
+        for workspace in held:
+            workspace.close()
         for session in ("1", "2"):
             ws.remove(TENANT, "s_" + session * 16)
         ws.close()
