@@ -248,3 +248,32 @@ def test_backup_cost_of_sessions(tmp_path: Path) -> None:
           f"{sum(d['size'] for d in disks) / 2**30:.0f} GiB; navi restore {restore_wall:.2f} s")
     assert len(disks) == 21
     assert stored < held + 21 * 8 * 2**20  # what they hold plus each filesystem's metadata
+
+
+def test_idle_sessions_are_copied_unmounted(tmp_path: Path) -> None:
+    """A session whose disk was released (idle) is copied as its image lies, and a call after
+    the backup mounts it again as usual."""
+    live_root = tmp_path / "live"
+    live_root.mkdir()
+    server = start_server(live_root, extra_env={"NAVI_SESSION_IDLE_S": "1"})
+    try:
+        tenant, token = server.tenant_with_user("idle")
+        with server.client(token) as client:
+            session = client.post("/v1/sessions").json()["id"]
+            assert client.put(f"/v1/sessions/{session}/files/a.txt",
+                              content=b"at rest").status_code == 201
+            point = f" {server.data_dir / 'workspaces' / tenant / session} "
+            deadline = time.monotonic() + 60
+            while point in Path("/proc/self/mounts").read_text():
+                assert time.monotonic() < deadline, "the session's disk was never released"
+                time.sleep(0.2)
+            assert client.get(f"/v1/sessions/{session}").json()["state"] == "idle"
+            copy = tmp_path / "backup"
+            result = navi("backup", str(copy), "--data-dir", str(server.data_dir))
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert "session disks copied: 1 sessions" in result.stdout, result.stdout
+            assert client.get(f"/v1/sessions/{session}/files/a.txt").content == b"at rest"
+    finally:
+        stop_server(server)
+    assert fsck_clean(image_file(copy, tenant, session)).returncode == 0
+    assert debugfs_cat(image_file(copy, tenant, session), "/workspace/a.txt") == b"at rest"
