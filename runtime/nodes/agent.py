@@ -9,8 +9,8 @@ own data dir, the mount guard, idle release).
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
 (no dashboard, no job API run). Errors go back as `Failed` values (`runtime.nodes.failures`).
-Files move in chunks of at most `CHUNK` bytes a message: reads are a streaming generator,
-writes a handle fed chunk by chunk, committed or aborted.
+Files move in bounded chunks (`CHUNK`, `READ_CHUNK`): reads are a streaming generator,
+writes a handle fed numbered chunks (written in order), committed or aborted.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from runtime.config import Settings
 from runtime.errors import InvalidInput
 from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
-from runtime.sandbox.backend import stream_run
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.instance import load_instance_id
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
@@ -40,7 +39,9 @@ from runtime.workspace.tmpdir import Root
 log = get_logger(__name__)
 T = TypeVar("T")
 
-CHUNK = 1024 * 1024  # the most file bytes in one message
+CHUNK = 64 * 1024  # the most bytes an upload sends a message (Ray passes it inline)
+READ_CHUNK = 1024 * 1024  # the most bytes a read streams a message (fewer, larger: faster)
+COALESCE_S = 0.005  # output within this of a chunk (or the end) goes in the same message
 WRITER_IDLE_S = 600.0  # an upload its control plane forgot is aborted after this
 
 
@@ -53,6 +54,9 @@ class _Upload:
     workspace: Workspace
     writer: AtomicWriter
     used: float
+    next_seq: int = 0  # chunks are sent without waiting: they are written in this order
+    turn: asyncio.Condition = field(default_factory=asyncio.Condition)
+    failed: Failed | None = None
 
 
 class NodeAgent:
@@ -149,7 +153,7 @@ class NodeAgent:
 
     async def read(self, tenant_id: str, session_id: str, root: Root, path: str,
                    max_bytes: int | None = None) -> AsyncIterator[Any]:
-        """Streaming: `(size, mtime)` first (or a `Failed`), then chunks of <= CHUNK bytes."""
+        """Streaming: `(size, mtime)` first (or a `Failed`), then chunks of <= READ_CHUNK."""
         try:
             await self.ready()
             ws = await asyncio.to_thread(self.workspaces.open, tenant_id, session_id, root=root)
@@ -167,7 +171,7 @@ class NodeAgent:
                 return
             yield (reader.size, reader.mtime)
             with reader:
-                while chunk := await asyncio.to_thread(reader.read, CHUNK):
+                while chunk := await asyncio.to_thread(reader.read, READ_CHUNK):
                     yield chunk
         finally:
             ws.close()
@@ -191,24 +195,33 @@ class NodeAgent:
 
         return await self._call(begin)
 
-    async def write(self, handle: str, data: bytes) -> None | Failed:
+    async def write(self, handle: str, seq: int, data: bytes) -> None | Failed:
+        """Chunk number `seq` of an upload (they may arrive together: written in order)."""
         upload = self._uploads.get(handle)
         if upload is None:
             return Failed("NotFound", "no such upload (aborted, or idle too long)")
-        upload.used = time.monotonic()
-        failed = await self._call(upload.writer.write, data)
-        if isinstance(failed, Failed):
-            await self.write_end(handle, commit=False)
-        return failed
+        async with upload.turn:
+            await upload.turn.wait_for(lambda: upload.next_seq == seq)
+            upload.used = time.monotonic()
+            if upload.failed is None:
+                done = await self._call(upload.writer.write, data)
+                upload.failed = done if isinstance(done, Failed) else None
+            upload.next_seq += 1
+            upload.turn.notify_all()
+            return upload.failed
 
     async def write_end(self, handle: str, commit: bool) -> Any:
         """Commit (the `FileEntry`) or abort an upload; its workspace is closed."""
         upload = self._uploads.pop(handle, None)
         if upload is None:
             return Failed("NotFound", "no such upload (aborted, or idle too long)")
+        failed = upload.failed
 
         def end() -> Any:
             try:
+                if failed is not None:
+                    upload.writer.abort()
+                    return failed
                 if commit:
                     return upload.writer.commit()
                 upload.writer.abort()
@@ -229,23 +242,47 @@ class NodeAgent:
 
     # -- calls --------------------------------------------------------------------------------
 
-    async def run(self, request: ExecRequest) -> AsyncIterator[OutputChunk | ExecResult | Failed]:
-        """Streaming: the call's output chunks as they come, then its `ExecResult` (or a
-        `Failed`). The control plane sends it only once the call's audit intent is durable;
-        closing the stream early (the caller gone) kills the container."""
+    async def run(self, request: ExecRequest
+                  ) -> AsyncIterator[list[OutputChunk | ExecResult] | Failed]:
+        """Streaming: the call's output as it comes, then its `ExecResult` (or a `Failed`),
+        in batches: what comes within `COALESCE_S` of a chunk goes in one message (a quick
+        call is one message: its output and its result). The control plane sends the job
+        only once its audit intent is durable; closing the stream early kills the call."""
         lease: Workspace | None = None
+        call: asyncio.Task[ExecResult] | None = None
         try:
             await self.ready()
             if request.workspace is not None or request.tmp is not None:
                 lease = await self._lease(request)
-            items = cast(AsyncGenerator[OutputChunk | ExecResult, None],
-                         stream_run(self.backend, request))
-            async with contextlib.aclosing(items):
-                async for item in items:
-                    yield item
+            output: asyncio.Queue[OutputChunk] = asyncio.Queue()
+
+            async def on_output(chunk: OutputChunk) -> None:
+                output.put_nowait(chunk)
+
+            call = asyncio.create_task(self.backend.run(request, on_output))
+            while True:
+                batch: list[OutputChunk | ExecResult] = []
+                if not call.done():
+                    getter = asyncio.ensure_future(output.get())
+                    await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
+                    if getter.done():
+                        batch.append(getter.result())
+                        await asyncio.wait({call}, timeout=COALESCE_S)
+                    else:
+                        getter.cancel()
+                while not output.empty():
+                    batch.append(output.get_nowait())
+                if call.done():
+                    yield [*batch, call.result()]
+                    return
+                yield batch
         except Exception as exc:
             yield packed(exc)
         finally:
+            if call is not None and not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
             if lease is not None:
                 lease.close()
 

@@ -6,8 +6,9 @@ machine has its disk, files and containers there, in that node's agent
 caller knows the difference.
 
 - Files: every operation is one actor call (the agent opens the workspace, does it, closes
-  it); reads stream in chunks of <= 1 MiB (a streaming generator, a few chunks ahead at
-  most), writes go in chunks of <= 1 MiB to an upload handle, then commit or abort.
+  it); reads stream in chunks of <= 1 MiB (a streaming generator, at most READ_AHEAD chunks
+  ahead), writes go in chunks of <= 64 KiB to an upload handle (at most WRITE_AHEAD in
+  flight, written in order there), then commit or abort.
 - Calls: the write-ahead audit intent is awaited HERE before the job is sent (the job never
   reaches the node before its intent is durable; it costs the overlap of the intent's
   fsync with the container's preparation that one machine has). The node streams the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +47,8 @@ from runtime.workspace.tmpdir import TMP, Root
 T = TypeVar("T")
 NAMESPACE = "navi"
 OP_TIMEOUT_S = 60.0  # a file or disk operation the node does not answer in this is lost
-READ_AHEAD = 4  # chunks a read may run ahead of its reader
+READ_AHEAD = 4  # chunks a read may run ahead of its reader (4 MiB)
+WRITE_AHEAD = 16  # chunks an upload may have in flight
 LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
         ray.exceptions.GetTimeoutError, ray.exceptions.ObjectLostError,
         ray.exceptions.NodeDiedError, ray.exceptions.RaySystemError, ConnectionError)
@@ -153,6 +156,8 @@ class RemoteWriter:
         self.shown = shown
         self._buffer = bytearray()
         self._open = True
+        self._seq = 0
+        self._flying: deque[Any] = deque()  # chunks sent, not yet answered
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self._buffer += data
@@ -161,16 +166,26 @@ class RemoteWriter:
             del self._buffer[:CHUNK]
 
     def _send(self, data: bytes) -> None:
+        """Sent without waiting (the agent writes them in order); at most WRITE_AHEAD wait
+        for their answer, the first error is raised here or at commit."""
+        self._flying.append(self._link.actor.write.remote(self._handle, self._seq, data))
+        self._seq += 1
+        while len(self._flying) > WRITE_AHEAD:
+            self._settle()
+
+    def _settle(self) -> None:
         try:
-            self._link.get(self._link.actor.write.remote(self._handle, data))
+            self._link.get(self._flying.popleft())
         except BaseException:
-            self._open = False  # the agent dropped it
+            self._flying.clear()
             raise
 
     def commit(self) -> FileEntry:
         if self._buffer:
             self._send(bytes(self._buffer))
             self._buffer.clear()
+        while self._flying:
+            self._settle()
         self._open = False
         entry: FileEntry = self._link.get(self._link.actor.write_end.remote(self._handle, True))
         return entry
@@ -293,12 +308,12 @@ class RemoteBackend:
                     break
                 except LOST as exc:
                     raise link.lost(exc) from None
-                item = await link.wait(ref)
-                if isinstance(item, OutputChunk):
-                    if on_output is not None:
-                        await on_output(item)
-                elif isinstance(item, ExecResult):
-                    return item
+                for item in await link.wait(ref):  # a batch: chunks, then maybe the result
+                    if isinstance(item, OutputChunk):
+                        if on_output is not None:
+                            await on_output(item)
+                    elif isinstance(item, ExecResult):
+                        return item
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 ray.cancel(stream)

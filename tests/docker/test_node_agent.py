@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from runtime.errors import InvalidPath, NodeUnavailable, NotFound
+from runtime.errors import InvalidInput, InvalidPath, NodeUnavailable, NotFound, PayloadTooLarge
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits, OutputChunk
 from runtime.store.ids import new_session_id, new_tenant_id
 from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
@@ -97,6 +97,11 @@ def test_files_cross_the_hop_in_chunks(session: tuple[RemoteNode, str, str]) -> 
     assert sorted(e.path for e in files.list()) == ["dir/big.bin", "sub/b.txt"]
     assert files.read_bytes("sub/b.txt") == b"hello"
     assert files.usage_bytes() >= len(data)
+    with pytest.raises(PayloadTooLarge):  # past max_bytes: refused, nothing left behind
+        with files.writer("too/big.bin", max_bytes=100 * 1024) as w:
+            for _ in range(4):
+                w.write(b"x" * 64 * 1024)
+    assert "too/big.bin" not in [e.path for e in files.list()]
     files.delete("dir")
     assert [e.path for e in files.list()] == ["sub/b.txt"]
     with pytest.raises(NotFound):  # the node's errors arrive as themselves
@@ -200,6 +205,18 @@ async def test_the_nodes_warm_pool_serves_the_session(
     while warm() and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     assert warm() == []
+
+
+async def test_a_call_mounts_only_its_own_sessions_files(
+        session: tuple[RemoteNode, str, str]) -> None:
+    node, tenant, sid = session
+    other_tenant, other = new_tenant_id(), new_session_id()
+    node.create(other_tenant, other)
+    node.open(other_tenant, other).write_bytes("secret.txt", b"not yours")
+    call = request(node, tenant, sid, ["cat", "/workspace/secret.txt"]).model_copy(
+        update={"workspace": node.verify(other_tenant, other)})
+    with pytest.raises(InvalidInput, match="only its own session"):
+        await node.backend.run(call)
 
 
 def test_a_session_removed_on_its_node_is_gone(session: tuple[RemoteNode, str, str]) -> None:
