@@ -148,6 +148,8 @@ def _release_idle_sessions(services: Services) -> None:
         loop, lambda: services.backend.release_session(session_id))
     workspaces.tenant_limit = lambda tenant_id: call_on_loop(
         loop, lambda: tenant_limit(tenant_id))
+    if isinstance(services.backend, DockerBackend):  # no warm refill for a released disk
+        services.backend.may_launch = workspaces.may_launch
     services.background.append(asyncio.create_task(release_idle(workspaces)))
 
 

@@ -47,6 +47,7 @@ class Activity:
         self._exclusive: set[Key] = set()
         self._gates: dict[Key, threading.Lock] = {}
         self._active: set[Key] = set()  # disk mounted (or, without disks, not yet released)
+        self._releasing: set[Key] = set()  # warm containers being dropped, disk unmounted
 
     def take(self, key: Key) -> None:
         """A lease on the session (give it back with ``give``); waits behind an exclusive
@@ -94,6 +95,27 @@ class Activity:
         with self._cond:
             self._active.add(key)
             self._used.setdefault(key, self.clock())
+
+    def begin_release(self, key: Key) -> bool:
+        """Mark the session as being released, unless a lease is out or it is held."""
+        with self._cond:
+            if self._leases.get(key, 0) > 0 or key in self._exclusive:
+                return False
+            self._releasing.add(key)
+            return True
+
+    def end_release(self, key: Key) -> None:
+        with self._cond:
+            self._releasing.discard(key)
+
+    def may_launch(self, key: Key) -> bool:
+        """Whether a warm container may be made for the session now: its disk is mounted and
+        not being released or held (checked on the loop in the same step as the launch is
+        registered, so a release's drop of warm containers, which comes after its mark,
+        finds the launch and discards it)."""
+        with self._cond:
+            return (key in self._active and key not in self._releasing
+                    and key not in self._exclusive)
 
     def retire(self, key: Key, *, held: bool = False) -> bool:
         """Mark the session idle unless a lease is out (checked under the same lock a lease

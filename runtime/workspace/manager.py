@@ -285,6 +285,11 @@ class Workspaces:
         """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
         return "active" if self.activity.is_active((tenant_id, session_id)) else "idle"
 
+    def may_launch(self, tenant_id: str, session_id: str) -> bool:
+        """Whether a warm container may be made for the session now (the backend asks before
+        each refill): not while its disk is released, being released or held offline."""
+        return self.activity.may_launch((tenant_id, session_id))
+
     def exclusive(self, tenant_id: str, session_id: str, *, wait_s: float = 0.0
                   ) -> contextlib.AbstractContextManager[None]:
         """Hold the session with no call or file operation in flight (``SessionBusy``
@@ -318,12 +323,15 @@ class Workspaces:
     def _release_held(self, key: Key) -> bool:
         """Release with the session's gate held: warm containers first (they bind-mount the
         workspace), then the disk, unless a lease came meanwhile."""
-        if self.activity.busy(key):
+        if not self.activity.begin_release(key):  # no warm container is made from here
             return False
-        self.drop_containers(key[1])
-        if not self.activity.retire(key):
-            return False
-        self.disks.unmount(self.session_dir(*key))
+        try:
+            self.drop_containers(key[1])
+            if not self.activity.retire(key):
+                return False
+            self.disks.unmount(self.session_dir(*key))
+        finally:
+            self.activity.end_release(key)
         log.info("session_released", tenant=key[0], session=key[1])
         return True
 

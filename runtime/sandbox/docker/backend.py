@@ -38,7 +38,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,7 @@ class DockerBackend:
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
         self._cgroup_driver = "cgroupfs"
+        self.may_launch: Callable[[str, str], bool] = lambda t, s: True  # refill (t, s) now?
 
     @classmethod
     def from_settings(
@@ -332,7 +333,7 @@ class DockerBackend:
         if settled is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(settled), SETTLE_WAIT_S)
-        if key is not None:
+        if key is not None and self.may_launch(request.tenant, request.session):
             pool.replenish(key, self.launcher.spec_for(spec, request), request.session,
                            request.tenant)
         if used is not None:
