@@ -9,7 +9,8 @@ release or a snapshot of that session waits meanwhile), it freezes the session's
 if it is mounted (FIFREEZE: writers inside a call block for the copy's milliseconds, the
 journal is flushed, the image is clean) and copies the image sparse (only its data ranges);
 an unmounted image is copied as it lies. Each image is consistent on its own, at its own
-moment; sessions are not frozen together.
+moment; sessions are not frozen together. Should the backup die in the middle of a copy,
+a guard process thaws that session's filesystem (``runtime.freeze_guard``).
 
 Which sessions: those in the backup's copy of the store (taken before the disks), on this
 node. A session created after the store copy has no row and its image is left out; one
@@ -40,6 +41,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from runtime.audit.mirror import fsync_dir
+from runtime.freeze_guard import FreezeGuard
 from runtime.workspace.image_copy import (
     SNAPSHOTS_SUFFIX,
     copy_file_sparse,
@@ -99,32 +101,42 @@ def backup_disks(data_dir: Path, work: Path, sessions: list[tuple[str, str, str]
     """Copy the images of ``sessions`` (and their snapshots) from ``data_dir`` into ``work``."""
     started = time.monotonic()
     report = DiskReport()
-    for tenant, session, node in sessions:
-        if node != "local":
-            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
-                                              reason="other_node"))
-            continue
-        session_dir = data_dir / WORKSPACES / tenant / session
-        image = image_of(session_dir)
-        if image.is_symlink() or not image.is_file():
-            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
-                                              reason="no_image"))
-            continue
-        target_dir = _make_dirs(work, tenant)
-        rel = f"{WORKSPACES}/{tenant}/{image.name}"
-        began = time.monotonic()
-        try:
-            stats = copy_image(session_dir, work / rel)
-        except FileNotFoundError:  # deleted while we came to it
-            report.skipped.append(DiskSkipped(tenant=tenant, session=session,
-                                              reason="no_image"))
-            continue
-        report.disks.append(_disk(work, rel, "session", tenant, session, stats.size, began))
-        if snapshots:
-            _copy_snapshots(session_dir, target_dir, work, tenant, session, report)
-        fsync_dir(target_dir)
+    with FreezeGuard() as guard:
+        for tenant, session, node in sessions:
+            _backup_disk(data_dir, work, tenant, session, node, report, guard,
+                         snapshots=snapshots)
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _backup_disk(data_dir: Path, work: Path, tenant: str, session: str, node: str,
+                 report: DiskReport, guard: FreezeGuard, *, snapshots: bool) -> None:
+    if node != "local":
+        report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                          reason="other_node"))
+        return
+    session_dir = data_dir / WORKSPACES / tenant / session
+    image = image_of(session_dir)
+    if image.is_symlink() or not image.is_file():
+        report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                          reason="no_image"))
+        return
+    target_dir = _make_dirs(work, tenant)
+    rel = f"{WORKSPACES}/{tenant}/{image.name}"
+    began = time.monotonic()
+    guard.copying(session_dir)
+    try:
+        stats = copy_image(session_dir, work / rel)
+    except FileNotFoundError:  # deleted while we came to it
+        report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                          reason="no_image"))
+        return
+    finally:
+        guard.copied()
+    report.disks.append(_disk(work, rel, "session", tenant, session, stats.size, began))
+    if snapshots:
+        _copy_snapshots(session_dir, target_dir, work, tenant, session, report)
+    fsync_dir(target_dir)
 
 
 def _make_dirs(work: Path, tenant: str) -> Path:
