@@ -3,7 +3,8 @@
 The mechanism is ``runtime.workspace.snapshots`` (blocking image copies); this module adds
 what a change of state needs here: the audit record before the change (``snapshot.create``,
 ``snapshot.restore``, ``snapshot.delete``, ``session.fork``; fail closed), the tenant's disk
-quota (``quotas.tenant_disk_mb``, snapshots counted at their allocated bytes), and for a fork
+quota (``quotas.tenant_disk_mb``, snapshots counted at their allocated bytes, a restore at
+what it adds to the session's image), and for a fork
 a new session made the one way sessions are made (``open_session``: profile, quotas,
 ``session.create``), which is removed again if its files cannot be copied.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from runtime.errors import Conflict, SessionBusy
@@ -85,8 +87,8 @@ class SessionSnapshots:
         await self.services.executor.record_action(
             subject, "snapshot.restore", found.id, rule=f"roles.{subject.role}",
             detail=found.name)
-        await asyncio.to_thread(self.snapshots.restore, subject.tenant, subject.session,
-                                found.id)
+        await asyncio.to_thread(partial(self.snapshots.restore, subject.tenant,
+                                        subject.session, found.id, admit=self._admit(subject)))
         return found
 
     async def fork(self, principal: Principal, subject: Subject, record: SessionRecord,

@@ -24,7 +24,8 @@ Taking a snapshot holds a lease (the disk stays mounted, no restore meanwhile; a
 flight only waits out the freeze). Restoring holds the session alone (``SessionBusy`` while
 a call or file operation is in flight): its warm containers go, its disk is unmounted, the
 snapshot's copy is renamed over the image, and the next use mounts it: no call sees half a
-restore.
+restore. What the image grows by is admitted against the tenant's quota first, as a
+snapshot's copy is (else restoring a full snapshot over an emptied session went past it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,6 +127,23 @@ def _read(meta: Path) -> Snapshot | None:
     return found
 
 
+def _allocated(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+@contextlib.contextmanager
+def _session_locked(session_dir: Path) -> Iterator[None]:
+    """``image_lock`` on a session that still has its image: one deleted meanwhile (its
+    removal took the lock first) is ``NotFound``, and the lock directory that taking the
+    lock made again goes too."""
+    with image_lock(session_dir):
+        if not image_of(session_dir).is_file():
+            with contextlib.suppress(OSError):  # not empty: leave it to the removal
+                os.rmdir(snapshots_dir(session_dir))
+            raise NotFound("no such session")
+        yield
+
+
 def _sweep(folder: Path) -> None:
     """Leftovers of a crash (call with the image lock held): parts, and images or
     metadata without their other half."""
@@ -173,8 +191,8 @@ class Snapshots:
             raise Conflict("snapshots need session disks (loop devices), which this server "
                            "does not have")
         with self.workspaces.open(tenant_id, session_id):  # a lease: mounted, no restore
-            need = os.stat(image_of(session_dir)).st_blocks * 512
-            with admit(need), image_lock(session_dir):  # the order mounts take them in
+            need = _allocated(image_of(session_dir))
+            with admit(need), _session_locked(session_dir):  # the order mounts take them in
                 _sweep(folder)
                 stats = copy_image_locked(session_dir, folder / f"{sid}.img")
                 snap = Snapshot(id=sid, name=name, created_at=time.time(),
@@ -187,7 +205,7 @@ class Snapshots:
     def delete(self, tenant_id: str, session_id: str, snapshot_id: str) -> None:
         self.get(tenant_id, session_id, snapshot_id)
         session_dir, folder = self._paths(tenant_id, session_id)
-        with image_lock(session_dir):
+        with _session_locked(session_dir):
             self.get(tenant_id, session_id, snapshot_id)  # not deleted meanwhile
             for ext in ("json", "img"):  # metadata first: no half snapshot is ever listed
                 with contextlib.suppress(FileNotFoundError):
@@ -196,13 +214,22 @@ class Snapshots:
         log.info("snapshot_deleted", tenant=tenant_id, session=session_id,
                  snapshot=snapshot_id)
 
-    def restore(self, tenant_id: str, session_id: str, snapshot_id: str) -> None:
-        """Make the session's files exactly the snapshot's (``SessionBusy`` while in use)."""
+    def restore(self, tenant_id: str, session_id: str, snapshot_id: str, *,
+                admit: Admit) -> None:
+        """Make the session's files exactly the snapshot's (``SessionBusy`` while in use);
+        ``admit(bytes)`` holds the tenant's quota for what the session's image grows by
+        (``DiskQuotaExceeded``: the session stays as it was)."""
         self.get(tenant_id, session_id, snapshot_id)
         session_dir, folder = self._paths(tenant_id, session_id)
-        with self.workspaces.offline(tenant_id, session_id), image_lock(session_dir):
-            self.get(tenant_id, session_id, snapshot_id)  # not deleted meanwhile
-            stats = copy_file_sparse(folder / f"{snapshot_id}.img", image_of(session_dir))
+        with self.workspaces.offline(tenant_id, session_id):
+            source, image = folder / f"{snapshot_id}.img", image_of(session_dir)
+            try:
+                need = max(0, _allocated(source) - _allocated(image))
+            except FileNotFoundError:  # deleted meanwhile (the snapshot or its session)
+                raise NotFound("no such snapshot") from None
+            with admit(need), _session_locked(session_dir):  # the order mounts take them in
+                self.get(tenant_id, session_id, snapshot_id)  # not deleted meanwhile
+                stats = copy_file_sparse(source, image)
         log.info("snapshot_restored", tenant=tenant_id, session=session_id,
                  snapshot=snapshot_id, ms=round(stats.ms, 1))
 
@@ -212,11 +239,14 @@ class Snapshots:
         its snapshot, or its disk as it is now (a frozen copy)."""
         source_dir, folder = self._paths(tenant_id, source_id)
         target = image_of(self.workspaces.session_dir(tenant_id, target_id))
+        if not self.workspaces.disks.enabled:
+            raise Conflict("forks need session disks (loop devices), which this server "
+                           "does not have")
         with self.workspaces.offline(tenant_id, target_id):
             if snapshot_id is not None:
-                with image_lock(source_dir):
+                with _session_locked(source_dir):
                     self.get(tenant_id, source_id, snapshot_id)
                     copy_file_sparse(folder / f"{snapshot_id}.img", target)
             else:
-                with self.workspaces.open(tenant_id, source_id), image_lock(source_dir):
+                with self.workspaces.open(tenant_id, source_id), _session_locked(source_dir):
                     copy_image_locked(source_dir, target)

@@ -184,6 +184,30 @@ def test_snapshots_count_in_the_quota_and_go_with_their_session(server: Server) 
     assert [p.name for p in tenant_dir.iterdir() if p.name.startswith(s)] == []
 
 
+def test_a_restore_is_admitted_against_the_quota(server: Server) -> None:
+    """Restoring a full snapshot over an emptied session grows its image by the snapshot's
+    bytes: past the tenant's quota that is 413 `disk_quota` and the files stay as they were
+    (it was let through, leaving the tenant over its quota)."""
+    _, token = server.tenant_with_user()
+    with server.client(token) as client:
+        s = client.post("/v1/sessions", json={}).json()["id"]
+        empty = snapshot(client, s)
+        run(client, s, "head -c 40000000 /dev/urandom > big.bin")
+        full = snapshot(client, s)
+        assert client.post(f"/v1/sessions/{s}/snapshots/{empty['id']}/restore").status_code \
+            == 200
+        other = client.post("/v1/sessions", json={}).json()["id"]
+        run(client, other, "head -c 60000000 /dev/urandom > big.bin 2>/dev/null; true")
+        # 0.4 (s) + 0.4 (empty) + 38.5 (full) + ~40 (other, idle) + 38.5 (the restore) > 112
+        refused = client.post(f"/v1/sessions/{s}/snapshots/{full['id']}/restore")
+        assert refused.status_code == 413 and error_code(refused) == "disk_quota", refused.text
+        assert client.delete(f"/v1/sessions/{other}").status_code == 204
+        assert client.get(f"/v1/sessions/{s}/files").json() == []  # still the empty one
+        done = client.post(f"/v1/sessions/{s}/snapshots/{full['id']}/restore")
+        assert done.status_code == 200, done.text
+        assert run(client, s, "stat -c %s big.bin") == "40000000\n"
+
+
 def test_another_tenant_and_bad_input(server: Server) -> None:
     _, token = server.tenant_with_user()
     _, other = server.tenant_with_user()

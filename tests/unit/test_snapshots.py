@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import DiskQuotaExceeded, NotFound, SessionBusy
+from runtime.errors import Conflict, DiskQuotaExceeded, NotFound, SessionBusy
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import Activity
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
@@ -79,7 +79,7 @@ def test_restore_gives_back_exactly_the_snapshot(spaces: Workspaces) -> None:
         ws.write_bytes("new.txt", b"later")
     os.chmod(spaces.path(TENANT, S1) / "keep.txt", 0o644)
     assert tree(spaces, S1) != before
-    snaps.restore(TENANT, S1, snap.id)
+    snaps.restore(TENANT, S1, snap.id, admit=free)
     assert spaces.state(TENANT, S1) == "idle"  # unmounted: the next use mounts the copy
     assert tree(spaces, S1) == before
     with spaces.open(TENANT, S1) as ws:
@@ -93,9 +93,9 @@ def test_restore_refused_while_a_lease_is_out(spaces: Workspaces) -> None:
     with spaces.open(TENANT, S1) as ws:
         ws.write_bytes("during.txt", b"x")
         with pytest.raises(SessionBusy):
-            snaps.restore(TENANT, S1, snap.id)
+            snaps.restore(TENANT, S1, snap.id, admit=free)
         assert ws.read_bytes("during.txt") == b"x"
-    snaps.restore(TENANT, S1, snap.id)
+    snaps.restore(TENANT, S1, snap.id, admit=free)
     with spaces.open(TENANT, S1) as ws, pytest.raises(NotFound):
         ws.read_bytes("during.txt")
 
@@ -158,7 +158,7 @@ def test_delete_leftovers_and_removal_with_the_session(spaces: Workspaces) -> No
     assert snaps.list(TENANT, S1) == [two]
     for bad in (one.id, "../s_00000000000000a2", "sn_nope"):
         with pytest.raises(NotFound):
-            snaps.restore(TENANT, S1, bad)
+            snaps.restore(TENANT, S1, bad, admit=free)
     with pytest.raises(NotFound):  # another session's snapshot is not this one's
         snaps.get(TENANT, S2, two.id)
     spaces.remove(TENANT, S1)
@@ -175,7 +175,7 @@ def test_a_snapshot_deleted_while_a_restore_waits_is_not_found(spaces: Workspace
 
     def restore() -> None:
         try:
-            snaps.restore(TENANT, S1, snap.id)
+            snaps.restore(TENANT, S1, snap.id, admit=free)
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             errors.append(exc)
 
@@ -187,3 +187,54 @@ def test_a_snapshot_deleted_while_a_restore_waits_is_not_found(spaces: Workspace
             (folder / f"{snap.id}.{ext}").unlink()
     waiting.join(10)
     assert len(errors) == 1 and isinstance(errors[0], NotFound), errors
+
+
+def test_restore_is_admitted_against_the_quota_for_what_it_adds(spaces: Workspaces) -> None:
+    """Restoring a bigger snapshot grows the session's image: that growth is admitted like a
+    snapshot's copy, and a refusal leaves the session as it was (no quota bypass)."""
+    snaps = Snapshots(spaces)
+    empty = snaps.create(TENANT, S1, "empty", admit=free)
+    with spaces.open(TENANT, S1) as ws:
+        ws.write_bytes("big.bin", os.urandom(3 * MiB))
+    full = snaps.create(TENANT, S1, "full", admit=free)
+    snaps.restore(TENANT, S1, empty.id, admit=free)
+    asked: list[int] = []
+
+    @contextlib.contextmanager
+    def refuse(need: int) -> Iterator[None]:
+        asked.append(need)
+        raise DiskQuotaExceeded("no room")
+        yield
+
+    with pytest.raises(DiskQuotaExceeded):
+        snaps.restore(TENANT, S1, full.id, admit=refuse)
+    assert len(asked) == 1 and asked[0] >= 3 * MiB
+    with spaces.open(TENANT, S1) as ws, pytest.raises(NotFound):
+        ws.read_bytes("big.bin")  # still the empty one
+    snaps.restore(TENANT, S1, full.id, admit=free)
+    with spaces.open(TENANT, S1) as ws:
+        assert len(ws.read_bytes("big.bin")) == 3 * MiB
+
+
+def test_a_session_deleted_under_a_snapshot_is_not_found(spaces: Workspaces) -> None:
+    """The session goes while its snapshot waits for the quota: 404, not a missing image
+    (500), and no snapshot directory left behind."""
+    snaps = Snapshots(spaces)
+
+    @contextlib.contextmanager
+    def deleted_meanwhile(need: int) -> Iterator[None]:
+        spaces.remove(TENANT, S1)
+        yield
+
+    with pytest.raises(NotFound):
+        snaps.create(TENANT, S1, None, admit=deleted_meanwhile)
+    assert [p.name for p in (spaces.root / TENANT).iterdir() if p.name.startswith(S1)] == []
+
+
+def test_fork_without_session_disks_is_a_conflict(tmp_path: Path) -> None:
+    root = tmp_path / "workspaces"
+    spaces = Workspaces(root, disks=SessionDisks(root, enabled=False), activity=Activity())
+    for session in (S1, S2):
+        spaces.create(TENANT, session, uid=200000)
+    with pytest.raises(Conflict):
+        Snapshots(spaces).copy_into(TENANT, S1, None, S2)
