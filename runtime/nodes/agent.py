@@ -91,6 +91,7 @@ class NodeAgent:
         await asyncio.to_thread(self.workspaces.start)
         self.workspaces.drop_containers = lambda session_id: call_on_loop(
             loop, lambda: self.backend.release_session(session_id))
+        self.backend.may_launch = self.workspaces.may_launch  # no refill for a released disk
         await self.backend.start()
         reaper = self.backend.reaper()
         await reaper.reconcile_startup()
