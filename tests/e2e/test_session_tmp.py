@@ -21,20 +21,21 @@ POLICY = Path(__file__).parent / "policies" / "session_tmp.yaml"
 DISK_MB = 24  # the policy's session_disk_mb
 
 
-@pytest.fixture(scope="module")
-def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("cold"), policy=POLICY,
-                       extra_env={"NAVI_WARM_POOL_SIZE": "0", "NAVI_EMBEDDED_MODEL": "off"})
+def _serve(factory: pytest.TempPathFactory, warm_pool_size: int) -> Iterator[Server]:
+    srv = start_server(factory.mktemp(f"warm{warm_pool_size}"), policy=POLICY, extra_env={
+        "NAVI_WARM_POOL_SIZE": str(warm_pool_size), "NAVI_EMBEDDED_MODEL": "off"})
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _serve(tmp_path_factory, 0)
 
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("warm"), policy=POLICY,
-                       extra_env={"NAVI_WARM_POOL_SIZE": "1", "NAVI_EMBEDDED_MODEL": "off"})
-    yield srv
-    stop_server(srv)
+    yield from _serve(tmp_path_factory, 1)
 
 
 @pytest.fixture(autouse=True)
