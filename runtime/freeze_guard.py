@@ -21,9 +21,6 @@ import sys
 from pathlib import Path
 from types import TracebackType
 
-from runtime.workspace.image_copy import image_lock
-from runtime.workspace.mount_table import thaw
-
 
 class FreezeGuard:
     """The parent's side: ``with FreezeGuard() as guard: guard.copying(d); …; guard.copied()``."""
@@ -69,6 +66,10 @@ def main() -> int:
         elif line == "-":
             open_copy = None
     if open_copy:  # the parent went away in the middle of a copy
+        # imported only now: the guard starts (and, mostly, ends) without runtime.workspace
+        from runtime.workspace.image_copy import image_lock
+        from runtime.workspace.mount_table import thaw
+
         with image_lock(Path(open_copy)):
             thaw(open_copy)
     return 0

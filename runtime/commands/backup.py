@@ -39,14 +39,14 @@ def _files(files: list[BackupFile]) -> None:
                    f"{f.method}")
 
 
-def _disks(report: DiskReport, verb: str) -> None:
+def _disks(report: DiskReport, verb: str, *, timed: bool = True) -> None:
     sessions = [d for d in report.disks if d.kind == "session"]
     snaps = [d for d in report.disks if d.kind == "snapshot"]
     stored = sum(d.stored for d in report.disks)
     size = sum(d.size for d in report.disks)
     typer.echo(f"session disks {verb}: {len(sessions)} sessions, {len(snaps)} snapshots, "
                f"{stored:,} bytes stored (sparse; {size:,} bytes apparent)"
-               + (f", {report.seconds:.2f} s" if report.seconds else ""))
+               + (f", {report.seconds:.2f} s" if timed else ""))
     for skip in report.skipped:
         why = "no disk image" if skip.reason == "no_image" else "on another node"
         typer.echo(f"  not copied: session {skip.session} of tenant {skip.tenant} ({why})")
@@ -129,7 +129,7 @@ def restore(
                    f"into {escape_control(report.data_dir)}: "
                    f"{len(report.files)} files, {total:,} bytes, {report.seconds:.2f} s")
         _files(report.files)
-        _disks(report.disks, "restored")
+        _disks(report.disks, "restored", timed=False)  # (in the files' time above)
         if report.moved_aside:
             typer.echo(f"previous state moved aside into {escape_control(report.moved_aside)}")
         _verified(report.verified, target)
