@@ -25,14 +25,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runtime.config import Settings
-from runtime.errors import ConfigError, DiskFull, DiskQuotaBusy, NotFound
+from runtime.errors import ConfigError, NotFound
 from runtime.logging import get_logger
 from runtime.store.ids import check_session_id, check_tenant_id
-from runtime.workspace.activity import Activity, Key, LeasedWorkspace
+from runtime.workspace.activity import Activity, LeasedWorkspace
 from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
 from runtime.workspace.mount_guard import MountGuard
+from runtime.workspace.residency import MountedWhileUsed
 from runtime.workspace.tmpdir import TMP, Root, ensure_tmp
 from runtime.workspace.workspace import Workspace
 
@@ -43,7 +44,7 @@ PARENT_MODE = 0o711
 SESSION_MODE = 0o770
 
 
-class Workspaces:
+class Workspaces(MountedWhileUsed):
     """Creates, opens and removes session workspaces under ``root``."""
 
     def __init__(
@@ -70,8 +71,6 @@ class Workspaces:
         self.count_also: Callable[[str], int] = lambda tenant_id: 0
         self._admission = threading.Lock()  # one admission against tenant quotas at a time
         self.activity = activity or Activity()
-        # bound by the app: drop a session's warm containers (they bind-mount its workspace)
-        # before its disk is released; a tenant's disk quota for mounts after a restart
         self.drop_containers: Callable[[str], None] = lambda session_id: None
         self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
         self._limits: dict[str, int] = {}
@@ -278,116 +277,3 @@ class Workspaces:
             os.close(tenant_fd)
         log.info("workspace_removed", tenant=tenant_id, session=session_id)
         return True
-
-    # -- mounted while in use (runtime.workspace.activity) ---------------------------------
-
-    def state(self, tenant_id: str, session_id: str) -> str:
-        """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
-        return "active" if self.activity.is_active((tenant_id, session_id)) else "idle"
-
-    def may_launch(self, tenant_id: str, session_id: str) -> bool:
-        """Whether a warm container may be made for the session now (the backend asks before
-        each refill): not while its disk is released, being released or held offline."""
-        return self.activity.may_launch((tenant_id, session_id))
-
-    def exclusive(self, tenant_id: str, session_id: str, *, wait_s: float = 0.0
-                  ) -> contextlib.AbstractContextManager[None]:
-        """Hold the session with no call or file operation in flight (``SessionBusy``
-        after ``wait_s``); new ones wait until the block ends. Its disk stays as it was."""
-        return self.activity.exclusive((tenant_id, session_id), wait_s=wait_s)
-
-    @contextlib.contextmanager
-    def offline(self, tenant_id: str, session_id: str, *, wait_s: float = 0.0
-                ) -> Iterator[Path]:
-        """The session held exclusively with its disk released (warm containers gone,
-        unmounted): yields its directory, e.g. to swap its image; the next use mounts it."""
-        key = (tenant_id, session_id)
-        session_dir = self.session_dir(tenant_id, session_id)
-        with self.activity.exclusive(key, wait_s=wait_s), self.activity.gate(key):
-            self.drop_containers(session_id)
-            self.activity.retire(key, held=True)
-            self.disks.unmount(session_dir)
-            yield session_dir
-
-    def release(self, tenant_id: str, session_id: str, *, only_idle: bool = True) -> bool:
-        """Release the session's disk if nothing uses it (``only_idle``: and it was unused
-        for ``NAVI_SESSION_IDLE_S``); whether it was released."""
-        key = (tenant_id, session_id)
-        with self.activity.gate(key):
-            if not self.activity.is_active(key):
-                return False
-            if only_idle and not self.activity.due([key]):
-                return False
-            return self._release_held(key)
-
-    def _release_held(self, key: Key) -> bool:
-        """Release with the session's gate held: warm containers first (they bind-mount the
-        workspace), then the disk, unless a lease came meanwhile."""
-        if not self.activity.begin_release(key):  # no warm container is made from here
-            return False
-        try:
-            self.drop_containers(key[1])
-            if not self.activity.retire(key):
-                return False
-            self.disks.unmount(self.session_dir(*key))
-        finally:
-            self.activity.end_release(key)
-        log.info("session_released", tenant=key[0], session=key[1])
-        return True
-
-    def _mount(self, key: Key, session_dir: Path) -> None:
-        if self.activity.is_active(key):  # checked after the lease: a release waits for it
-            return
-        with self.activity.gate(key):
-            if self.activity.is_active(key):
-                return
-            growth = self.disks.mount_growth(session_dir)
-            if growth:
-                limit = self._limit(key[0])
-                with self._admission:
-                    self._make_room(key[0], lambda: self.disks.admit(
-                        session_dir.parent, growth, limit, also=self.count_also(key[0])),
-                        exclude=key)
-                    self.disks.ensure_mounted(session_dir)
-            else:
-                self.disks.ensure_mounted(session_dir)
-            if session_dir.is_dir():
-                self.activity.mark_active(key)
-
-    def _limit(self, tenant_id: str) -> int:
-        if tenant_id not in self._limits:
-            found = self.tenant_limit(tenant_id)
-            if found is None:
-                return 2**62
-            self._limits[tenant_id] = found
-        return self._limits[tenant_id]
-
-    def _make_room(self, tenant_id: str, admit: Callable[[], None], *,
-                   exclude: Key | None = None) -> None:
-        """Run ``admit``; while it fails for want of room that releasing a session would
-        make, release the least recently used one with nothing in flight (the tenant's for
-        its quota, any for the data disk) and try again."""
-        while True:
-            try:
-                admit()
-                return
-            except DiskQuotaBusy as exc:
-                err: DiskQuotaBusy | DiskFull = exc
-                pool = [k for k in self.activity.active() if k[0] == tenant_id]
-            except DiskFull as exc:
-                err = exc
-                pool = self.activity.active()
-            if not self._release_one([k for k in pool if k != exclude]):
-                raise err
-
-    def _release_one(self, pool: list[Key]) -> bool:
-        for key in self.activity.releasable(pool):
-            gate = self.activity.gate(key)
-            if not gate.acquire(blocking=False):
-                continue  # being mounted or released: not ours to wait for (lock order)
-            try:
-                if self.activity.is_active(key) and self._release_held(key):
-                    return True
-            finally:
-                gate.release()
-        return False
