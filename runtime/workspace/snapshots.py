@@ -101,8 +101,12 @@ def snapshot_bytes(tenant_dir: Path) -> int:
 
 
 def remove_all(session_dir: Path) -> None:
-    """Delete a session's snapshots (its session is being deleted)."""
+    """Delete a session's snapshots (its session is being deleted), and the part of an image
+    a crash left mid-restore or mid-fork beside it (counted nowhere, else kept forever)."""
     shutil.rmtree(snapshots_dir(session_dir), ignore_errors=True)
+    image = image_of(session_dir)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(image.with_name(image.name + PART))
 
 
 def _write_json(path: Path, value: dict[str, object]) -> None:

@@ -161,8 +161,11 @@ def test_delete_leftovers_and_removal_with_the_session(spaces: Workspaces) -> No
             snaps.restore(TENANT, S1, bad, admit=free)
     with pytest.raises(NotFound):  # another session's snapshot is not this one's
         snaps.get(TENANT, S2, two.id)
+    # a crash mid-restore leaves the new image's part beside the session's
+    (spaces.root / TENANT / f"{S1}.img.part").write_bytes(b"crash mid-restore")
     spaces.remove(TENANT, S1)
     assert not folder.exists() and snapshot_bytes(spaces.root / TENANT) == 0
+    assert [p.name for p in (spaces.root / TENANT).iterdir() if p.name.startswith(S1)] == []
 
 
 def test_a_snapshot_deleted_while_a_restore_waits_is_not_found(spaces: Workspaces) -> None:
