@@ -13,6 +13,8 @@ container, under which runtime tier). Suites pick adapters by capability, never 
     fake                    FakeBackend: the protocol only, it runs nothing
     runc-cold, runc-warm    DockerBackend on runc, a fresh container / a warm one per call
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
+    cluster-node            a node agent of a real 1-node local cluster, through RemoteNode
+                            (``runtime.nodes.remote``; its own cluster per module: +~35 s)
 
 **Adding a backend** (the cluster node, a new engine or tier) is adding one adapter to
 ``ADAPTERS`` at the end of this module: its factory and its capabilities (``cannot`` names
@@ -24,6 +26,7 @@ with ``pytestmark = pytest.mark.parametrize("adapter", adapter_params(...))`` an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -73,6 +76,8 @@ class Sandbox:
     image: str
     workspace: Path | None
     drive: Driver
+    tenant: str = "conformance"
+    session: str | None = None  # None: the workspace's name
 
     @property
     def executes(self) -> bool:
@@ -91,8 +96,9 @@ class Sandbox:
             image=fields.pop("image", self.image), argv=argv,
             exec_id=fields.pop("exec_id", _exec_id()),
             workspace=fields.pop("workspace", self.workspace),
-            session=fields.pop("session", self.workspace.name if self.workspace else "fake"),
-            tenant="conformance", limits=limits, **fields)
+            session=fields.pop("session", self.session or (
+                self.workspace.name if self.workspace else "fake")),
+            tenant=self.tenant, limits=limits, **fields)
 
     async def run(self, argv: list[str], *, fake: FakeResponse | None = None,
                   on_output: OutputCallback | None = None,
@@ -189,11 +195,44 @@ def docker(runtime: str, *, warm: bool) -> Adapter:
                    marks=(pytest.mark.docker,))
 
 
+# ---- a cluster node: the node agent on a local Ray cluster, through RemoteNode -----------
+
+CLUSTER_NODE = Capabilities(runtime="runc", cannot={
+    CONFINE: "the probes plant files in the workspace from this host, which does not see a "
+             "node's session disk (mounted in its engine's mount namespace); the node's "
+             "hardening is checked in tests/docker/test_node_agent.py"})
+
+
+@contextlib.asynccontextmanager
+async def _cluster_node(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    from runtime.store.ids import new_session_id, new_tenant_id
+    from tests.docker.cluster_rig import IMAGE
+
+    node = next(iter(fixtures.getfixturevalue("cluster_nodes").values()))
+    tenant, session = new_tenant_id(), new_session_id()
+    await asyncio.to_thread(node.create, tenant, session)
+
+    async def drive(call: ExecRequest, on_output: OutputCallback | None,
+                    before_start: Awaitable[object] | None,
+                    scripted: FakeResponse | None) -> ExecResult:
+        result: ExecResult = await node.backend.run(call.model_copy(update={"node": node.id}),
+                                                    on_output, before_start=before_start)
+        return result
+
+    try:
+        yield Sandbox(node.backend, CLUSTER_NODE, image=IMAGE,
+                      workspace=node.verify(tenant, session), drive=drive, tenant=tenant,
+                      session=session)
+    finally:
+        await asyncio.to_thread(node.remove, tenant, session)
+
+
 # ---- every backend: add a new one here --------------------------------------------------
 
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter("fake", FAKE, _fake),
     *(docker(runtime, warm=warm) for runtime in ("runc", "gvisor") for warm in (False, True)),
+    Adapter("cluster-node", CLUSTER_NODE, _cluster_node, marks=(pytest.mark.docker,)),
 )
 
 

@@ -25,8 +25,9 @@ from runtime.errors import InvalidInput, InvalidPath, NodeUnavailable, NotFound,
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits, OutputChunk
 from runtime.store.ids import new_session_id, new_tenant_id
 from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
+from tests.docker.node_plane import joined
 
-if TYPE_CHECKING:  # ray reads the token's settings when first imported: not before `plane`
+if TYPE_CHECKING:
     from runtime.nodes.remote import RemoteNode
 
 pytestmark = pytest.mark.docker
@@ -36,25 +37,12 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster) -> Iterator[dict[str, RemoteNode]]:
-    """This process as a control plane: joined with the token, one RemoteNode per node."""
-    from runtime.cluster import link
-
-    saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
-    link.connect(cluster.address, cluster.token_file)  # sets the token, then imports ray
-    from runtime.nodes.remote import agent_for
-
+    """This process as a control plane; `lost` on each node: what on_lost was told."""
     lost: list[str] = []
-    try:
-        nodes = {n.id: agent_for(n.id, n.ray_id, on_lost=lost.append)
-                 for n in link.nodes() if n.alive}
+    with joined(cluster, on_lost=lost.append) as nodes:
         for node in nodes.values():
-            node.lost = lost  # type: ignore[attr-defined]  # what on_lost was told
+            node.lost = lost  # type: ignore[attr-defined]
         yield nodes
-    finally:
-        link.disconnect()
-        for key in [k for k in os.environ if k.startswith("RAY_")]:
-            del os.environ[key]
-        os.environ.update(saved)
 
 
 @pytest.fixture

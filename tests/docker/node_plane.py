@@ -1,0 +1,53 @@
+"""This test process as a cluster's control plane: joined to a local cluster with its token,
+one `RemoteNode` per live node (`runtime.nodes.remote.agent_for`).
+
+Ray caches its auth token when first imported, so the cache is reset after the token's
+settings are made (as Ray's own test utilities do): a pytest process may then join one
+cluster after another. `cluster_nodes` is the module-scoped fixture over the module's
+`cluster` (tests/docker/cluster_rig.module_cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.docker.cluster_rig import Cluster
+
+if TYPE_CHECKING:
+    from runtime.nodes.remote import RemoteNode
+
+
+@contextlib.contextmanager
+def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None
+           ) -> Iterator[dict[str, RemoteNode]]:
+    from runtime.cluster import link
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(cluster.token_file))
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+    link.connect(cluster.address, cluster.token_file)
+    try:
+        from runtime.nodes.remote import agent_for
+
+        yield {n.id: agent_for(n.id, n.ray_id, on_lost=on_lost)
+               for n in link.nodes() if n.alive}
+    finally:
+        link.disconnect()
+        for key in [k for k in os.environ if k.startswith("RAY_")]:
+            del os.environ[key]
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def cluster_nodes(cluster: Cluster) -> Iterator[dict[str, RemoteNode]]:
+    with joined(cluster) as nodes:
+        yield nodes
