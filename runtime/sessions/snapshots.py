@@ -12,8 +12,6 @@ a new session made the one way sessions are made (``open_session``: profile, quo
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -23,7 +21,7 @@ from runtime.policy.decision import Subject
 from runtime.sessions.lifecycle import end_session, open_session
 from runtime.store import SessionRecord
 from runtime.store.ids import new_session_id
-from runtime.workspace.snapshots import Admit, Snapshot, Snapshots, new_snapshot_id
+from runtime.workspace.snapshots import Admit, Snapshot, Snapshots, new_snapshot_id, room_for
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
@@ -46,17 +44,10 @@ class SessionSnapshots:
         self.snapshots = Snapshots(services.workspaces)
 
     def _admit(self, subject: Subject) -> Admit:
-        """Holds the tenant's quota for ``need`` more bytes while a snapshot is made."""
-        spaces = self.services.workspaces
+        """Holds the tenant's quota and the data disk's room for ``need`` more bytes while a
+        snapshot is made or restored."""
         limit = self.services.policy.quotas(subject.policy_tenant).tenant_disk_mb * MiB
-
-        @contextlib.contextmanager
-        def admit(need: int) -> Iterator[None]:
-            with spaces.admitting(subject.tenant, need, spaces.count_also(subject.tenant),
-                                  limit):
-                yield
-
-        return admit
+        return room_for(self.services.workspaces, subject.tenant, limit)
 
     async def list(self, subject: Subject) -> list[Snapshot]:
         _local(subject.node)

@@ -76,6 +76,22 @@ def new_snapshot_id() -> str:
     return "sn_" + secrets.token_hex(8)
 
 
+def room_for(workspaces: Workspaces, tenant_id: str, limit: int) -> Admit:
+    """``admit`` for ``create``/``restore``: holds room for ``need`` more bytes in the tenant's
+    quota ``limit`` (its least recently used idle-able session released first if that makes
+    room) and on the data disk, beside the reserve and what mounted session disks may still
+    grow by (``DiskFull``: a copy there would take what their writes were promised)."""
+
+    @contextlib.contextmanager
+    def admit(need: int) -> Iterator[None]:
+        also = workspaces.count_also(tenant_id)
+        with workspaces.admitting(tenant_id, need, also, limit):
+            workspaces.disks.admit(workspaces.root / tenant_id, need, limit, also=also)
+            yield
+
+    return admit
+
+
 def check_snapshot_id(value: str) -> str:
     if not SNAPSHOT_ID.fullmatch(value):
         raise NotFound("no such snapshot")  # never a path: a malformed id names nothing

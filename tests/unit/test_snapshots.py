@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import Conflict, DiskQuotaExceeded, NotFound, SessionBusy
+from runtime.errors import Conflict, DiskFull, DiskQuotaExceeded, NotFound, SessionBusy
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import Activity
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
 from runtime.workspace.image_copy import image_lock, snapshots_dir
 from runtime.workspace.mount_table import mounts_under
-from runtime.workspace.snapshots import Snapshots, snapshot_bytes
+from runtime.workspace.snapshots import Snapshots, room_for, snapshot_bytes
 
 pytestmark = pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
 
@@ -241,3 +242,29 @@ def test_fork_without_session_disks_is_a_conflict(tmp_path: Path) -> None:
         spaces.create(TENANT, session, uid=200000)
     with pytest.raises(Conflict):
         Snapshots(spaces).copy_into(TENANT, S1, None, S2)
+
+
+def test_snapshots_are_admitted_on_the_data_disk_too(tmp_path: Path) -> None:
+    """On a data disk of its own (a 100 MiB tmpfs, so other jobs' files do not move its free
+    space) with a 40 MiB reserve: a copy that would eat into the reserve or into what the
+    mounted 32 MiB disk may still grow by is DiskFull, whatever the tenant's quota."""
+    root = tmp_path / "workspaces"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100M", "snapdisk", str(root)],
+                   check=True)
+    spaces = Workspaces(root, disks=SessionDisks(root, reserve_bytes=40 * MiB),
+                        activity=Activity())
+    try:
+        spaces.create(TENANT, S1, uid=200000, disk_bytes=SIZE, tenant_disk_bytes=2**40)
+        with spaces.open(TENANT, S1) as ws:
+            ws.write_bytes("big.bin", os.urandom(16 * MiB))
+        snaps, admit = Snapshots(spaces), room_for(spaces, TENANT, 2**40)
+        # room: free (~83.5) - reserve (40) - growth left (~15.5) = ~28 MiB: one copy of ~16.5
+        first = snaps.create(TENANT, S1, None, admit=admit)
+        with spaces.open(TENANT, S1):  # in use: its growth stays promised
+            with pytest.raises(DiskFull):
+                snaps.create(TENANT, S1, None, admit=admit)
+        assert snaps.list(TENANT, S1) == [first]
+    finally:
+        spaces.close()
+        subprocess.run(["umount", str(root)], check=True)
