@@ -211,7 +211,10 @@ class Snapshots:
             raise Conflict("snapshots need session disks (loop devices), which this server "
                            "does not have")
         with self.workspaces.open(tenant_id, session_id):  # a lease: mounted, no restore
-            need = _allocated(image_of(session_dir))
+            try:
+                need = _allocated(image_of(session_dir))
+            except FileNotFoundError:  # the session was deleted meanwhile
+                raise NotFound("no such session") from None
             with admit(need), _session_locked(session_dir):  # the order mounts take them in
                 _sweep(folder)
                 stats = copy_image_locked(session_dir, folder / f"{sid}.img")
