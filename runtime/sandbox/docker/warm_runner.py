@@ -11,6 +11,9 @@ cold container's init) with the container's env and workdir, except for ``python
 [args]`` (what ``code_exec`` runs): the runner is itself ``python3 -I``, so the child runs
 CODE in a fresh ``__main__`` as that command would, without paying a second interpreter
 start-up (the container, and so the interpreter, serves this one job).
+It ends as that command's exit is seen from inside (non-daemon threads joined, ``atexit``,
+the job's globals cleared so ``__del__`` runs and unclosed files flush, ``gc``, stdio flushed,
+``SystemExit``'s code), then ``_exit``s instead of freeing the interpreter (3-9 ms a call).
 What follows the frame on stdin is the job's stdin, up to EOF.
 
 When the job exits, the runner writes the trailer ``\\0navi-end-<nonce>:<exit code>\\n`` on
