@@ -1,10 +1,17 @@
-"""Which agent calls count as file changes (the turn snapshots before the first of them)."""
+"""Which agent calls count as file changes (the turn snapshots before the first of them),
+and a turn whose snapshot fails."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from runtime.agent.turn_snapshots import changes_files
+from runtime.workspace.disk import loop_mounts_available
+from tests.fakes.agent_harness import POLICY, AgentHarness
+from tests.fakes.ollama import FakeOllama
+from tests.fakes.script import Call, Reply
 
 
 @pytest.mark.parametrize(("tool", "group", "args", "changes"), [
@@ -31,3 +38,26 @@ from runtime.agent.turn_snapshots import changes_files
 ])
 def test_changes_files(tool: str, group: str, args: object, changes: bool) -> None:
     assert changes_files(tool, group, args) is changes
+
+
+@pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
+async def test_a_failed_snapshot_is_a_notice_and_the_turn_goes_on(tmp_path: Path) -> None:
+    """The tenant's disk quota has no room for the checkpoint: the turn writes anyway and
+    says it has none (in-process agent on the real services and session disks)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.read_text().replace(
+        "quotas: {max_concurrent: 4, execs_per_minute: 1000}",
+        "quotas: {max_concurrent: 4, execs_per_minute: 1000, tenant_disk_mb: 16}"))
+    with FakeOllama([Reply(calls=[Call("filesystem", {"action": "write", "path": "a.txt",
+                                                      "content": "new"})]),
+                     Reply(content="done")]) as ollama:
+        async with AgentHarness(tmp_path, ollama=ollama.url, policy=policy) as h:
+            events = await h.turn("write it")
+            listed = await h.services.snapshots.list(h.subject)
+            audit = await h.audit()
+    notices = [e.data["message"] for e in events if e.type == "notice"]
+    assert any("No checkpoint" in n and "disk_quota" in n for n in notices), notices
+    (result,) = [e.data for e in events if e.type == "tool_result"]
+    assert result["success"] is True
+    assert events[-1].type == "stream_end" and listed == []
+    assert "snapshot.create" in [r["action"] for r in audit]  # asked for, audited, refused
