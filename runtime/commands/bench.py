@@ -9,6 +9,7 @@ import typer
 
 from bench.audit_bench import cli as audit_bench_cli
 from bench.bridges import cli as bridges_cli
+from bench.cluster_bench import cli as cluster_bench_cli
 from bench.disk_bench import cli as disk_bench_cli
 from bench.engine_bench import cli as engine_bench_cli
 from bench.fairshare import cli as fairshare_cli
@@ -23,9 +24,10 @@ app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 app.command("disk")(disk_bench_cli)  # code and docs: bench/disk_bench.py
 app.command("soak")(soak_cli)  # code and docs: bench/soak.py
 app.command("fairshare")(fairshare_cli)  # code and docs: bench/fairshare.py
-app.command("sessions")(sessions_bench_cli)  # code and docs: bench/sessions_bench.py
 app.command("bridges")(bridges_cli)  # code and docs: bench/bridges.py
 app.command("engine")(engine_bench_cli)  # code and docs: bench/engine_bench.py, engine_acct.py
+app.command("cluster")(cluster_bench_cli)  # code and docs: bench/cluster_bench.py
+app.command("sessions")(sessions_bench_cli)  # code and docs: bench/sessions_bench.py
 
 
 @app.command("exec")
