@@ -58,7 +58,9 @@ def snapshots_dir(session_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def image_lock(session_dir: Path) -> Iterator[None]:
-    """Hold the session image's cross-process lock (blocking; see the module docstring)."""
+    """Hold the session image's cross-process lock (blocking; see the module docstring).
+    Without an image when it ends (the session was deleted meanwhile, its removal having
+    held the lock first), an empty lock directory made again here is removed."""
     lock_dir = snapshots_dir(session_dir)
     with contextlib.suppress(FileExistsError):
         os.mkdir(lock_dir, 0o700)
@@ -67,6 +69,9 @@ def image_lock(session_dir: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        if not os.path.lexists(image_of(session_dir)):
+            with contextlib.suppress(OSError):  # not empty, or gone: nothing to tidy
+                os.rmdir(lock_dir)
         os.close(fd)  # releases the flock
 
 
@@ -105,13 +110,32 @@ def _copy_sparse(src_fd: int, dst_fd: int, size: int) -> None:
         end = os.lseek(src_fd, start, os.SEEK_HOLE)
         position = start
         while position < end:
-            done = os.copy_file_range(src_fd, dst_fd, min(CHUNK, end - position),
-                                      position, position)
+            done = _copy_range(src_fd, dst_fd, min(CHUNK, end - position), position)
             if done == 0:
                 raise OSError(errno.EIO, "short copy of a session image")
             position += done
         offset = end
     os.ftruncate(dst_fd, size)
+
+
+_NO_CFR = {errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+_BUFFER = 1024 * 1024
+
+
+def _copy_range(src_fd: int, dst_fd: int, count: int, position: int) -> int:
+    """Copy up to ``count`` bytes at ``position``: ``copy_file_range`` where the kernel
+    does it (same filesystem), else read and write (``navi backup`` onto another disk:
+    EXDEV across filesystems since Linux 5.19)."""
+    try:
+        return os.copy_file_range(src_fd, dst_fd, count, position, position)
+    except OSError as exc:
+        if exc.errno not in _NO_CFR:
+            raise
+    data = os.pread(src_fd, min(count, _BUFFER), position)
+    written = 0
+    while written < len(data):
+        written += os.pwrite(dst_fd, data[written:], position + written)
+    return len(data)
 
 
 def copy_file_sparse(src: Path, dest: Path) -> CopyStats:

@@ -154,12 +154,9 @@ def _allocated(path: Path) -> int:
 @contextlib.contextmanager
 def _session_locked(session_dir: Path) -> Iterator[None]:
     """``image_lock`` on a session that still has its image: one deleted meanwhile (its
-    removal took the lock first) is ``NotFound``, and the lock directory that taking the
-    lock made again goes too."""
+    removal took the lock first) is ``NotFound``."""
     with image_lock(session_dir):
         if not image_of(session_dir).is_file():
-            with contextlib.suppress(OSError):  # not empty: leave it to the removal
-                os.rmdir(snapshots_dir(session_dir))
             raise NotFound("no such session")
         yield
 

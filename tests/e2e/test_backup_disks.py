@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,7 +78,21 @@ def fsck_clean(image: Path) -> subprocess.CompletedProcess[str]:
                           timeout=120)
 
 
-def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path) -> None:
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Iterator[Path]:
+    """A directory on another filesystem than the data dir's (a backup disk), if the host
+    has one (/dev/shm); else beside it."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.stat(shm).st_dev != os.stat(tmp_path).st_dev:
+        where = Path(tempfile.mkdtemp(prefix="navi-backup-", dir=shm))
+        yield where
+        shutil.rmtree(where, ignore_errors=True)
+    else:
+        yield tmp_path
+
+
+def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path,
+                                                               elsewhere: Path) -> None:
     live_root = tmp_path / "live"
     live_root.mkdir()
     server = start_server(live_root)
@@ -96,7 +113,7 @@ def test_files_come_back_byte_exact_after_backup_while_serving(tmp_path: Path) -
             client.delete(f"/v1/sessions/{b}/files/missing.txt")
             listed_a = client.get(f"/v1/sessions/{a}/files").json()
             listed_b = client.get(f"/v1/sessions/{b}/files").json()
-            copy = tmp_path / "backup"
+            copy = elsewhere / "backup"  # onto another filesystem, and back from it
             result = navi("backup", str(copy), "--data-dir", str(server.data_dir), "--json")
             assert result.returncode == 0, result.stdout + result.stderr
             manifest = json.loads(result.stdout)

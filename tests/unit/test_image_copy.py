@@ -127,3 +127,15 @@ def test_a_release_thaws_a_disk_left_frozen(disks: SessionDisks) -> None:
         os.close(file_fd)
         os.close(point_fd)
         disks.remove(session)
+
+
+def test_the_lock_leaves_no_directory_for_a_session_without_image(tmp_path: Path) -> None:
+    """Whoever waited for the lock while the session was removed (snapshot, restore, mount,
+    release) made its directory again: it goes when the lock ends; with an image it stays."""
+    gone, kept = tmp_path / "s_00000000000000d1", tmp_path / "s_00000000000000d2"
+    image_of(kept).write_bytes(b"")
+    for session_dir in (gone, kept):
+        with image_lock(session_dir):
+            assert (tmp_path / f"{session_dir.name}.snapshots").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{kept.name}.img", f"{kept.name}.snapshots"]
