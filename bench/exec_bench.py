@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,6 +199,7 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             api_lat, out["api_warm_share"] = await api_latencies(runs, bare_warm)
             lat.update(api_lat)
         throughput: dict[str, dict[str, float]] = {}
+        pool: dict[str, dict[str, int]] = {}  # warm throughput: launched vs taken + missed
         for clients in CONCURRENCY:
 
             def cold(i: int) -> Awaitable[bool]:
@@ -206,14 +208,18 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             def warm(i: int, c: int = clients) -> Awaitable[bool]:
                 return paths.call(paths.warm_backend, f"tw{c}-{i}")  # new sessions per round
 
+            cold_rate = await _throughput(cold, runs, clients)
+            before = Counter(paths.warm_backend.warm.stats)
+            warm_rate = await _throughput(warm, runs, clients)
+            for i in range(clients):  # its surplus (depth up to burst) is discarded here
+                await paths.warm_backend.release_session(f"tw{clients}-{i}")
+            pool[f"{clients}_clients"] = dict(Counter(paths.warm_backend.warm.stats) - before)
             throughput[f"{clients}_clients"] = {
-                "cold": await _throughput(cold, runs, clients),
-                "warm": await _throughput(warm, runs, clients),
+                "cold": cold_rate,
+                "warm": warm_rate,
                 "docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs, clients),
             }
-        # the sessions above still hold warm containers, up to the per-tenant cap: free them
-        for session in ["warm", *(f"tw{c}-{i}" for c in CONCURRENCY for i in range(c))]:
-            await paths.warm_backend.release_session(session)
+        await paths.warm_backend.release_session("warm")
         memory = await idle_memory(paths, count=4)
         warm_stats = dict(paths.warm_backend.warm.stats)
     finally:
@@ -240,6 +246,8 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             "warm_calls_served_warm": f"{served_warm}/{runs}",
             "warm_pool_stats": warm_stats,
             "throughput_per_s": throughput,
+            # launched - taken - waited: ready containers never used (the sessions' surplus)
+            "throughput_warm_pool": pool,
             "idle_warm_memory": memory,
             "leftover_containers": len(leftovers),
         }

@@ -53,7 +53,8 @@ LINGER_S = 30.0  # at most; the backend removes a used container once its call i
 END = b"\x00navi-end-"
 
 RUNNER = """\
-import os, sys, time, _signal
+import ctypes, os, sys, time, _signal  # before the fork: the two share its pages
+libc = ctypes.CDLL(None, use_errno=True)
 def rd(fd, n):
     b = b""
     while len(b) < n:
@@ -81,8 +82,6 @@ pid = os.fork()  # before the frame: the nonce never enters the job's memory
 if pid == 0:
     os.close(go_w)
     os.close(ok_r)
-    import ctypes  # only the job's side needs it (its Landlock domain)
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = (1 << 11).to_bytes(8, sys.byteorder)  # a Landlock domain (runc) shuts out the rest
     ruleset = libc.syscall(444, attr, 8, 0)
     if ruleset >= 0:
