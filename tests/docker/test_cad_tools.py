@@ -141,6 +141,20 @@ async def test_lint_gives_line_numbered_errors_and_writes_nothing(cad: CadRig) -
     assert cad.ws.list() == []  # lint exports nothing into the workspace
 
 
+async def test_cad_scratch_files_stay_out_of_the_session_s_tmp(cad: CadRig) -> None:
+    """The helper's scratch files (lint input, OpenSCAD's temporaries) go to a tmpfs of the
+    call, not to the session's persistent /tmp: they would stay there, counted in its disk."""
+    session_tmp = cad.ws_path.parent / "tmp"
+    session_tmp.mkdir(exist_ok=True)
+    os.chown(session_tmp, *cad.ws_path.stat()[4:6])  # st_uid, st_gid: as the workspace
+    r = await cad.call("scad_lint", {"code": "cube(10);\n"}, tmp_path=session_tmp)
+    assert r.success, r.error
+    r = await cad.call("model_3d", {"name": "cube", "code": "cube(10);\n"},
+                       tmp_path=session_tmp)
+    assert r.success, r.error
+    assert list(session_tmp.iterdir()) == []
+
+
 async def test_compile_error_keeps_the_source_and_reports_the_line(cad: CadRig) -> None:
     r = await cad.call("model_3d", {"name": "broken.scad",
                                     "code": "cube(1);\nassert(1 == 2, \"nope\");\n"})

@@ -58,7 +58,10 @@ async def run_cad(
 ) -> tuple[ExecOutcome, CadReply | None]:
     """Run one helper request in a fresh openscad container (policy, audit, limits apply)."""
     stdin = json.dumps(request, separators=(",", ":")).encode("utf-8")
-    outcome = await run_sandboxed(ctx, action, Invocation(argv=HELPER_ARGV, stdin=stdin))
+    # the workspace named here keeps /tmp a tmpfs of the call: the helper's scratch files
+    # (lint input, OpenSCAD's temporaries) must not stay in the session's persistent /tmp
+    invocation = Invocation(argv=HELPER_ARGV, stdin=stdin, workspace=ctx.workspace_path)
+    outcome = await run_sandboxed(ctx, action, invocation)
     result = outcome.result
     reply = None
     if not result.timed_out and not result.oom_killed:
