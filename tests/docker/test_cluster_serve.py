@@ -9,6 +9,7 @@ starts it again), the restart test last.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -179,6 +180,8 @@ def test_a_dead_node_is_contained_and_its_sessions_come_back_with_it(
     call.start()
     assert _wait(lambda: open_calls(plane, on_n2), 30)
     time.sleep(2)  # the job is running in its container on n2
+    running = {n["id"]: n["running"] for n in plane.nodes().json()}
+    assert running == {"n1": 0, "n2": 1}, running
     os.kill(cluster.pids("n2")["raylet"], signal.SIGKILL)
     call.join(120)
     assert slow["r"].status_code == 503, slow["r"].text
@@ -242,13 +245,25 @@ def test_a_control_plane_with_a_wrong_token_is_refused_at_start(
         pytest.fail("a control plane with a wrong token started")
 
 
-def test_a_token_others_can_read_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+def _doctor_cluster(cluster: Cluster, data: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "doctor", "--data-dir", str(data), "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=180,
+        env={**os.environ, "NAVI_CLUSTER": cluster.address})
+    checks = json.loads(done.stdout[done.stdout.index("["):])
+    return dict(next(c for c in checks if c["name"] == "cluster"))
+
+
+def test_doctor_reports_the_cluster_and_refuses_a_token_others_can_read(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     keys = tmp_path / "data" / "keys"
     keys.mkdir(parents=True)
     shutil.copyfile(cluster.token_file, keys / "cluster-token")
     (keys / "cluster-token").chmod(0o644)
-    done = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "doctor", "--data-dir", str(tmp_path / "data"),
-         "--json"], capture_output=True, text=True, cwd=ROOT, timeout=120,
-        env={**os.environ, "NAVI_CLUSTER": cluster.address})
-    assert done.returncode == 1 and "chmod 600" in done.stdout, done.stdout[-2000:]
+    refused = _doctor_cluster(cluster, tmp_path / "data")
+    assert not refused["ok"] and "chmod 600" in refused["detail"], refused
+    (keys / "cluster-token").chmod(0o600)
+    seen = _doctor_cluster(cluster, tmp_path / "data")
+    assert seen["ok"] and cluster.address in seen["detail"], seen
+    assert "n1 alive" in seen["detail"] and "n2 alive" in seen["detail"], seen
