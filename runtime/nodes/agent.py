@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runtime.config import Settings
-from runtime.errors import InvalidInput
+from runtime.errors import AuditUnavailable, InvalidInput
 from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
 from runtime.sandbox.docker.backend import DockerBackend
@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 CHUNK = 64 * 1024  # the most bytes an upload sends a message (Ray passes it inline)
 READ_CHUNK = 1024 * 1024  # the most bytes a read streams a message (fewer, larger: faster)
+GATE_KEPT_S = 60.0  # an open_gate whose run never came is dropped after this
 COALESCE_S = 0.005  # output within this of a chunk (or the end) goes in the same message
 WRITER_IDLE_S = 600.0  # an upload its control plane forgot is aborted after this
 
@@ -74,6 +75,7 @@ class NodeAgent:
         self.backend = DockerBackend.from_settings(
             self.settings, instance_id=load_instance_id(self.settings.data_dir), warm_pool=True)
         self._uploads: dict[str, _Upload] = {}
+        self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[Any]] = []
 
@@ -243,14 +245,17 @@ class NodeAgent:
 
     # -- calls --------------------------------------------------------------------------------
 
-    async def run(self, request: ExecRequest
+    async def run(self, request: ExecRequest, gated: bool = False
                   ) -> AsyncIterator[list[OutputChunk | ExecResult] | Failed]:
         """Streaming: the call's output as it comes, then its `ExecResult` (or a `Failed`),
         in batches: what comes within `COALESCE_S` of a chunk goes in one message (a quick
-        call is one message: its output and its result). The control plane sends the job
-        only once its audit intent is durable; closing the stream early kills the call."""
+        call is one message: its output and its result). `gated`: the container is
+        prepared, and nothing runs in it until `open_gate(exec_id, True)` says the call's
+        audit intent is durable on the control plane (False: removed, nothing ran).
+        Closing the stream early kills the call."""
         lease: Workspace | None = None
         call: asyncio.Task[ExecResult] | None = None
+        gate = self._gate(request.exec_id) if gated else None
         try:
             await self.ready()
             if request.workspace is not None or request.tmp is not None:
@@ -260,7 +265,8 @@ class NodeAgent:
             async def on_output(chunk: OutputChunk) -> None:
                 output.put_nowait(chunk)
 
-            call = asyncio.create_task(self.backend.run(request, on_output))
+            call = asyncio.create_task(self.backend.run(request, on_output,
+                                                        before_start=gate))
             while True:
                 batch: list[OutputChunk | ExecResult] = []
                 if not call.done():
@@ -280,12 +286,32 @@ class NodeAgent:
         except Exception as exc:
             yield packed(exc)
         finally:
+            self._gates.pop(request.exec_id, None)
             if call is not None and not call.done():
                 call.cancel()
                 with contextlib.suppress(BaseException):
                     await call
             if lease is not None:
                 lease.close()
+
+    def _gate(self, exec_id: str) -> asyncio.Future[None]:
+        """The call's start gate, made by whichever of `run` and `open_gate` comes first."""
+        gate = self._gates.get(exec_id)
+        if gate is None:
+            gate = self._gates[exec_id] = asyncio.get_running_loop().create_future()
+            gate.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+        return gate
+
+    async def open_gate(self, exec_id: str, durable: bool) -> None:
+        """The control plane's word on a gated call: its intent is durable (run it), or it
+        could not be written (run nothing). A word for no call is forgotten in a minute."""
+        gate = self._gate(exec_id)
+        if not gate.done():
+            if durable:
+                gate.set_result(None)
+            else:
+                gate.set_exception(AuditUnavailable("the call's audit intent was not written"))
+        asyncio.get_running_loop().call_later(GATE_KEPT_S, self._gates.pop, exec_id, None)
 
     async def _lease(self, request: ExecRequest) -> Workspace:
         """The session's disk mounted (and kept so for the call) and its paths checked: a

@@ -9,11 +9,13 @@ caller knows the difference.
   it); reads stream in chunks of <= 1 MiB (a streaming generator, at most READ_AHEAD chunks
   ahead), writes go in chunks of <= 64 KiB to an upload handle (at most WRITE_AHEAD in
   flight, written in order there), then commit or abort.
-- Calls: the write-ahead audit intent is awaited HERE before the job is sent (the job never
-  reaches the node before its intent is durable; it costs the overlap of the intent's
-  fsync with the container's preparation that one machine has). The node streams the
-  output back as it comes, then the result. The node's after-call work does not wait for
-  the outcome record (`settled` stays on this side).
+- Calls: the job is sent at once with a start gate; the node prepares the container (image,
+  spec, warm take) while the write-ahead audit intent is written here, and runs nothing in
+  it until `open_gate(exec_id, True)`, sent only once the intent is durable (False: the
+  container is removed, nothing ran). So the intent's fsync overlaps the preparation as on
+  one machine, for one more message. The node streams the output back as it comes, then
+  the result. The node's after-call work does not wait for the outcome record (`settled`
+  stays on this side).
 - A dead or unreachable agent is `NodeUnavailable` (503, naming the node) from every method,
   after `on_lost(node_id)` so the cluster stops sending work there at once.
 
@@ -293,13 +295,21 @@ class RemoteBackend:
         before_start: Awaitable[object] | None = None,
         settled: Awaitable[object] | None = None,
     ) -> ExecResult:
-        if before_start is not None:
-            await before_start  # the intent is durable before the node hears of the job
         link = self._link
+        gated = before_start is not None
         try:
-            stream: Any = link.actor.run.options(num_returns="streaming").remote(request)
+            stream: Any = link.actor.run.options(num_returns="streaming").remote(request, gated)
         except LOST as exc:
             raise link.lost(exc) from None
+        if before_start is not None:  # the node prepares meanwhile; nothing runs before:
+            try:
+                await before_start
+            except BaseException:
+                link.actor.open_gate.remote(request.exec_id, False)  # nothing runs
+                with contextlib.suppress(Exception):
+                    ray.cancel(stream)
+                raise
+            link.actor.open_gate.remote(request.exec_id, True)  # the intent is durable
         try:
             while True:
                 try:

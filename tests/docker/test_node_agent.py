@@ -132,6 +132,22 @@ async def test_a_hardened_call_runs_on_the_node_after_its_intent(
                                      capture_output=True, text=True).stdout  # not here
 
 
+async def test_a_call_whose_intent_fails_runs_nothing(session: tuple[RemoteNode, str, str]
+                                                      ) -> None:
+    node, tenant, sid = session
+
+    async def intent() -> None:  # the audit log refuses the intent, after a while
+        await asyncio.sleep(0.5)
+        raise OSError("the audit intent could not be written")
+
+    call = request(node, tenant, sid, ["sh", "-c", "echo ran > /workspace/gate.txt"])
+    with pytest.raises(OSError):
+        await node.backend.run(call, before_start=intent())
+    await asyncio.sleep(1.0)  # had the node run it anyway, the file would be there by now
+    with pytest.raises(NotFound):
+        node.open(tenant, sid).stat("gate.txt")
+
+
 async def test_output_streams_while_the_call_runs(session: tuple[RemoteNode, str, str]
                                                   ) -> None:
     node, tenant, sid = session
