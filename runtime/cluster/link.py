@@ -53,13 +53,18 @@ class RayNode:
 
 
 def connect(address: str, token: Path) -> None:
-    """Join the cluster as a driver with the token (blocking: call it in a thread). Ray
-    reads its token settings when first imported: nothing may import it before this."""
+    """Join the cluster as a driver with the token (blocking: call it in a thread)."""
     check_token(token)
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token),
                       RAY_USAGE_STATS_ENABLED="0")
     os.environ.pop("RAY_AUTH_TOKEN", None)  # the file, never a token from the environment
     import ray
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    # Ray reads its auth settings and token once (at first import or use) and caches
+    # them: read them again, so a process that imported Ray earlier still uses this token
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level=logging.ERROR,

@@ -137,6 +137,20 @@ def test_a_client_without_the_token_is_refused(cluster: Cluster, env: dict[str, 
     assert refused and "CONNECTED" not in out
 
 
+def test_the_control_planes_link_joins_with_the_token_file_even_after_ray_was_imported(
+    cluster: Cluster,
+) -> None:
+    """Ray caches its auth settings at first import; link.connect reads them again."""
+    code = ("import ray\nfrom pathlib import Path\nfrom runtime.cluster import link\n"
+            f"link.connect({cluster.address!r}, Path({cluster.state['token_file']!r}))\n"
+            "print(sorted((n.id, n.alive) for n in link.nodes()))\nlink.disconnect()")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    done = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[('n1', True), ('n2', True)]"
+
+
 def test_a_killed_raylet_shows_its_node_dead(cluster: Cluster) -> None:
     raylet = status(cluster.dir)["nodes"][1]["pids"]["raylet"]
     os.kill(raylet, signal.SIGKILL)
