@@ -222,15 +222,18 @@ class SessionDisks:
                 release(str(session_dir))
 
     def remove(self, session_dir: Path) -> None:
-        """Unmount (lazily: a container may still be leaving) and delete the image."""
-        with self.image_lock(session_dir), self._lock:
-            self._mounted.discard(session_dir)
-            for point in mounts_under(session_dir.parent):
-                if point == str(session_dir):
-                    release(point)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.image(session_dir))
-        remove_all(session_dir)  # its snapshots go with it
+        """Unmount (lazily: a container may still be leaving) and delete the image, all under
+        the image lock: a snapshot or restore waiting for it then finds no image (404), never
+        writes an image or snapshot back for a deleted session."""
+        with self.image_lock(session_dir):
+            with self._lock:
+                self._mounted.discard(session_dir)
+                for point in mounts_under(session_dir.parent):
+                    if point == str(session_dir):
+                        release(point)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.image(session_dir))
+            remove_all(session_dir)  # its snapshots go with it
 
     def free_bytes(self, workspace_fd: int) -> int | None:
         """What the session can still store, or ``None`` when it has no disk of its own."""
