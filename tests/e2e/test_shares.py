@@ -82,6 +82,28 @@ def test_a_deleted_sessions_links_die_with_it(server: Server) -> None:
         _gone(anyone.get(url))
 
 
+def test_a_shared_file_made_unreadable_or_replaced_is_gone(server: Server) -> None:
+    """The link's one answer for a file it can no longer give is 404 (the module's promise):
+    not 403 `permission_denied` for a file the sandbox made unreadable, nor 400
+    `invalid_path` for one it turned into a symlink or a directory: an anonymous holder
+    of the link learns nothing about what became of the file."""
+    _, token, session = _session(server)
+    with server.client(token) as user:
+        urls = {}
+        for name in ("hidden.txt", "in-locked/f.txt", "link.txt", "dir.txt"):
+            user.put(f"/v1/sessions/{session}/files/{name}", content=b"x")
+            urls[name] = _call(user, session, "share_file", path=name)["metadata"]["shared"]["url"]
+        ran = _call(user, session, "terminal", command=(
+            "chmod 000 hidden.txt && chmod 000 in-locked && rm link.txt && "
+            "ln -s /etc/passwd link.txt && rm dir.txt && mkdir dir.txt"))
+        assert ran["ok"], ran
+    with server.client() as anyone:
+        for name, url in urls.items():
+            resp = anyone.get(url)
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found", (
+                name, resp.text)
+
+
 def test_share_refuses_what_it_cannot_share(server: Server) -> None:
     _, token, session = _session(server)
     with server.client(token) as user:

@@ -3,8 +3,9 @@
 `GET /v1/shared/{token}` downloads the shared file and `GET /v1/published/{token}` shows a
 published one, both WITHOUT a bearer token: the token in the path is the capability (only
 its SHA-256 is stored, `runtime.store.shares`). The file is read at that moment through the
-session's workspace (fd-relative, no links). An unknown, expired or revoked token, a gone
-session or file: 404, the one answer for all. Downloads are attachments with `nosniff`;
+session's workspace (fd-relative, no links, as the sandbox uid). An unknown, expired or
+revoked token, a gone session, or a file gone, made unreadable or replaced by a link or
+directory: 404, the one answer for all. Downloads are attachments with `nosniff`;
 published HTML is answered under a CSP `sandbox` with no `allow-same-origin` and
 `connect-src 'none'`, so no script in it can reach the API, whatever frames it.
 
@@ -15,7 +16,9 @@ published HTML is answered under a CSP `sandbox` with no `allow-same-origin` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mimetypes
+from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -23,7 +26,7 @@ from pydantic import BaseModel
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.disposition import attachment
-from runtime.errors import NotFound
+from runtime.errors import InvalidPath, NotFound, PermissionDenied
 from runtime.store.shares import ShareKind, ShareRecord, ShareStore
 from runtime.tools.builtin.image_view import sniff_image
 from runtime.tools.builtin.share import MAX_PUBLISH_BYTES, publish_kind
@@ -48,6 +51,16 @@ class ShareOut(BaseModel):
     downloads: int
 
 
+@contextlib.contextmanager
+def _gone_unless_readable() -> Iterator[None]:
+    """A file the sandbox made unreadable or turned into a link or directory is as gone as
+    a deleted one: the link's holder is told nothing more (404, not 403/400)."""
+    try:
+        yield
+    except (PermissionDenied, InvalidPath):
+        raise NotFound(GONE) from None
+
+
 async def _live(request: Request, token: str, kind: ShareKind) -> ShareRecord:
     found = await ShareStore(get_services(request).store).by_token(token, kind)
     if found is None:
@@ -63,7 +76,8 @@ async def download_shared(token: str, request: Request) -> StreamingResponse:
     node = await services.nodes.of_session(share.tenant_id, share.session_id)
     ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
     try:
-        reader = await asyncio.to_thread(ws.open_read, share.path)
+        with _gone_unless_readable():
+            reader = await asyncio.to_thread(ws.open_read, share.path)
     finally:
         ws.close()
     await ShareStore(services.store).count_download(share.id)
@@ -82,7 +96,9 @@ async def view_published(token: str, request: Request) -> Response:
     node = await services.nodes.of_session(share.tenant_id, share.session_id)
     ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
     try:
-        data = await asyncio.to_thread(ws.read_bytes, share.path, max_bytes=MAX_PUBLISH_BYTES)
+        with _gone_unless_readable():
+            data = await asyncio.to_thread(ws.read_bytes, share.path,
+                                           max_bytes=MAX_PUBLISH_BYTES)
     finally:
         ws.close()
     kind = publish_kind(share.path, data[:16])
