@@ -1,9 +1,8 @@
 """This test process as a cluster's control plane: joined to a local cluster with its token,
 one `RemoteNode` per live node (`runtime.nodes.remote.agent_for`).
 
-Ray caches its auth token when first imported, so the cache is reset after the token's
-settings are made (as Ray's own test utilities do): a pytest process may then join one
-cluster after another. `cluster_nodes` is the module-scoped fixture over the module's
+Ray caches its auth token when first imported; `runtime.cluster.link.connect` resets that
+cache after setting the token, so a pytest process may join one cluster after another. `cluster_nodes` is the module-scoped fixture over the module's
 `cluster` (tests/docker/cluster_rig.module_cluster).
 """
 
@@ -28,13 +27,7 @@ def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None
     from runtime.cluster import link
 
     saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(cluster.token_file))
-    os.environ.pop("RAY_AUTH_TOKEN", None)
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
-    link.connect(cluster.address, cluster.token_file)
+    link.connect(cluster.address, cluster.token_file)  # sets the token, resets Ray's cache
     try:
         from runtime.nodes.remote import agent_for
 
