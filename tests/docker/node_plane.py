@@ -2,8 +2,9 @@
 one `RemoteNode` per live node (`runtime.nodes.remote.agent_for`).
 
 Ray caches its auth token when first imported; `runtime.cluster.link.connect` resets that
-cache after setting the token, so a pytest process may join one cluster after another. `cluster_nodes` is the module-scoped fixture over the module's
-`cluster` (tests/docker/cluster_rig.module_cluster).
+cache after setting the token, so a pytest process may join one cluster after another.
+`cluster_nodes` is the module-scoped fixture over the module's `cluster`
+(tests/docker/cluster_rig.module_cluster).
 """
 
 from __future__ import annotations
