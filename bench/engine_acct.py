@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+DOCKER_PIDFILE = Path("/var/run/docker.pid")
 PROC = Path("/proc")
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -76,22 +77,30 @@ def cgroup_usage_s(cgroup: str, root: Path = CPUACCT) -> float:
         return 0.0
 
 
-def daemon_pids(proc: Path = PROC) -> dict[str, int]:
-    """dockerd (its pid file, else by name) and its containerd."""
+def daemon_pids(proc: Path = PROC, pidfile: Path = DOCKER_PIDFILE) -> dict[str, int]:
+    """dockerd (its pid file, else by name) and its own containerd (a child of that dockerd:
+    other engines on the host, e.g. a local cluster's, run their own)."""
     found: dict[str, int] = {}
     try:
-        found["dockerd"] = int(Path("/var/run/docker.pid").read_text().strip())
+        found["dockerd"] = int(pidfile.read_text().strip())
     except (OSError, ValueError):
         pass
+    named: dict[str, list[tuple[int, int]]] = {"dockerd": [], "containerd": []}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             comm = (entry / "comm").read_text().strip()
-        except OSError:
+            parent = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        if comm in ("dockerd", "containerd") and comm not in found:
-            found[comm] = int(entry.name)
+        if comm in named:
+            named[comm].append((int(entry.name), parent))
+    if "dockerd" not in found and named["dockerd"]:
+        found["dockerd"] = min(named["dockerd"])[0]
+    ours = [pid for pid, parent in named["containerd"] if parent == found.get("dockerd")]
+    if ours or named["containerd"]:
+        found["containerd"] = min(ours or [pid for pid, _ in named["containerd"]])
     return found
 
 

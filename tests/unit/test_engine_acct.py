@@ -13,6 +13,7 @@ from bench.engine_acct import (
     HALF_TICK_S,
     TICK_S,
     ShimTracker,
+    daemon_pids,
     foreign_started,
     read_times,
     shim_window,
@@ -145,3 +146,15 @@ def test_a_window_counts_our_shims_by_what_they_used_inside_it(host: Host) -> No
     warm = breakdown(tracker, begin, end, calls, cores=2, removed_running=True)
     assert warm["cpu_ms_per_call"]["runc"] == pytest.approx(
         (window["shim_children_s"] - 3 * TICK_S) * 500, abs=0.01)
+
+
+def test_the_daemons_are_the_default_engine_and_its_own_containerd(host: Host) -> None:
+    """Another engine on the host (a local cluster's dockerd and containerd, started
+    earlier: lower pids) must not stand in for the default one."""
+    host.process(50, "dockerd", (0, 0, 0, 0))
+    host.process(51, "containerd", (0, 0, 0, 0), parent=50)
+    host.process(70, "dockerd", (0, 0, 0, 0))
+    host.process(71, "containerd", (0, 0, 0, 0), parent=70)
+    pidfile = host.proc.parent / "docker.pid"
+    pidfile.write_text("70\n")
+    assert daemon_pids(host.proc, pidfile) == {"dockerd": 70, "containerd": 71}
