@@ -10,13 +10,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
-from runtime.workspace.mount_table import mounts_under, thaw
+from runtime.workspace.mount_table import thaw
 
 pytestmark = pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
 
@@ -41,15 +40,6 @@ BACKUP = textwrap.dedent("""
         time.sleep(600)
 """)
 
-
-@pytest.fixture
-def disks(tmp_path: Path) -> Iterator[SessionDisks]:
-    root = tmp_path / "workspaces"
-    (root / "t").mkdir(parents=True)
-    found = SessionDisks(root, reserve_bytes=0)
-    yield found
-    found.close()
-    assert mounts_under(root) == []
 
 
 def killed_while_frozen(session: Path, say: str) -> None:

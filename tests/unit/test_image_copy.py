@@ -11,28 +11,18 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
 from runtime.workspace.image_copy import FIFREEZE, copy_image, image_lock, image_of
-from runtime.workspace.mount_table import FITHAW, mounts_under, release
+from runtime.workspace.mount_table import FITHAW, release
 
 pytestmark = pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
 
 MiB = 1024 * 1024
 
-
-@pytest.fixture
-def disks(tmp_path: Path) -> Iterator[SessionDisks]:
-    root = tmp_path / "workspaces"
-    (root / "t").mkdir(parents=True)
-    found = SessionDisks(root, reserve_bytes=0)
-    yield found
-    found.close()
-    assert mounts_under(root) == []
 
 
 def read_copy(disks: SessionDisks, copy: Path, name: str) -> bytes:
