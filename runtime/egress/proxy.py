@@ -16,6 +16,7 @@ Per connection (each decision logged and counted; see ``rules.py`` for the check
     check_name(host, port)  -- before any DNS lookup            403
     resolve (the proxy's own resolver; IP literals are not)     502 when it does not resolve
     check_address on every address; connect to a passing one   403 when none passes, 502
+      (``denied``: the cluster's own machines, refused here too)
     CONNECT: "200 Connection established", then bytes both ways
     http://: the request forwarded in origin-form (Connection: close), then bytes both ways
 
@@ -40,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.egress.report import EgressLedger, EgressReport
 from runtime.egress.request import BadRequest, ProxyRequest, parse_head
-from runtime.egress.rules import EgressRules, IPAddress, parse_ip
+from runtime.egress.rules import DeniedAddresses, EgressRules, IPAddress, parse_ip
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
@@ -98,12 +99,13 @@ class EgressProxy:
     def __init__(
         self, allowlist: Iterable[str], config: EgressConfig | None = None, *,
         exec_id: str = "", resolver: Resolver | None = None,
+        denied: DeniedAddresses | None = None,
     ) -> None:
         self.config = config or EgressConfig()
         allow = list(allowlist)
         self.rules = EgressRules(allow, ports=self.config.ports,
                                  allow_loopback=self.config.allow_loopback,
-                                 private_hosts=self.config.private_hosts)
+                                 private_hosts=self.config.private_hosts, denied=denied)
         self.ledger = EgressLedger(allow)
         self.resolver = resolver or system_resolver
         self.socket_path: Path | None = None
@@ -302,10 +304,11 @@ class EgressProxy:
 @contextlib.asynccontextmanager
 async def egress_proxy(
     allowlist: Iterable[str], config: EgressConfig, directory: Path, *, exec_id: str = "",
-    resolver: Resolver | None = None,
+    resolver: Resolver | None = None, denied: DeniedAddresses | None = None,
 ) -> AsyncIterator[EgressProxy]:
-    """A started proxy for one execution, closed (socket removed) when the block ends."""
-    proxy = EgressProxy(allowlist, config, exec_id=exec_id, resolver=resolver)
+    """A started proxy for one execution, closed (socket removed) when the block ends.
+    ``denied``: addresses refused whatever the policy says (a cluster's own machines)."""
+    proxy = EgressProxy(allowlist, config, exec_id=exec_id, resolver=resolver, denied=denied)
     await proxy.start(directory)
     try:
         yield proxy

@@ -18,6 +18,9 @@ Two checks, in this order, so that a name the policy did not grant never causes 
    ``private_hosts`` (the operator's services beside Navi, e.g. a SearXNG on the same Docker
    network) lets those exact names reach RFC 1918 / unique-local addresses, nothing else
    (never loopback, link-local - the cloud metadata address - or multicast).
+   ``denied`` (a cluster: its own machines' addresses, ``runtime.cluster.addresses``) is
+   refused first, whatever the policy and ``private_hosts`` say: a cluster whose nodes have
+   public addresses is not kept out by the range checks above.
 
 The proxy connects to the very address it checked, so DNS rebinding between check and
 connect is impossible.
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+DeniedAddresses = Callable[[], frozenset[IPAddress]]
+"""The addresses no sandbox may reach (read at each check: the set may change)."""
 
 _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
 _NAME = re.compile(rf"^({_LABEL}\.)*{_LABEL}$")
@@ -99,7 +104,9 @@ class EgressRules:
     def __init__(
         self, allowlist: Iterable[str], *, ports: Iterable[int] = (80, 443),
         allow_loopback: bool = False, private_hosts: Iterable[str] = (),
+        denied: DeniedAddresses | None = None,
     ) -> None:
+        self.denied = denied
         self.private_hosts = frozenset(
             h for h in (normalize_host(p) for p in private_hosts) if h is not None)
         self.exact: set[str] = set()
@@ -130,6 +137,11 @@ class EgressRules:
         return "host not in the allowlist"
 
     def check_address(self, ip: IPAddress, host: str | None = None) -> str | None:
+        if self.denied is not None:
+            inner = ip.ipv4_mapped or ip.sixtofour if isinstance(ip, ipaddress.IPv6Address) \
+                else None
+            if not self.denied().isdisjoint({ip, inner}):
+                return "cluster address"
         problem = address_problem(ip, allow_loopback=self.allow_loopback)
         if problem == "private address" and host is not None \
                 and normalize_host(host) in self.private_hosts and not ip.is_loopback \

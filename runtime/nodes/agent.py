@@ -5,7 +5,8 @@ keeps the API, policy, audit and store and reaches the node only through this ac
 (`runtime.nodes.remote.RemoteNode` is its other end). It is the same hardened machinery as
 on one machine, reused as it is: `DockerBackend` (the node's engine from DOCKER_HOST, its
 images, warm pool, egress proxy, reaper) and `Workspaces` (session disks under the node's
-own data dir, the mount guard, idle release).
+own data dir, the mount guard, idle release). Its egress proxies also refuse the cluster's
+own machines (`runtime.cluster.addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
 (no dashboard, no job API run). Errors go back as `Failed` values (`runtime.nodes.failures`).
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runtime.cluster.addresses import ClusterAddresses
 from runtime.config import Settings
 from runtime.errors import AuditUnavailable, InvalidInput
 from runtime.logging import get_logger
@@ -74,6 +76,8 @@ class NodeAgent:
             self.workspaces.disks.enabled = disks and self.workspaces.disks.enabled
         self.backend = DockerBackend.from_settings(
             self.settings, instance_id=load_instance_id(self.settings.data_dir), warm_pool=True)
+        self.cluster_addresses = ClusterAddresses()
+        self.backend.egress_denied = self.cluster_addresses
         self._uploads: dict[str, _Upload] = {}
         self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
@@ -90,6 +94,8 @@ class NodeAgent:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.cluster_addresses.refresh)  # before any call's egress
+        self._background.append(asyncio.create_task(self.cluster_addresses.follow()))
         await asyncio.to_thread(self.workspaces.start)
         self.workspaces.drop_containers = lambda session_id: call_on_loop(
             loop, lambda: self.backend.release_session(session_id))

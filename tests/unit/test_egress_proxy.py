@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 
 from runtime.egress import EgressConfig, EgressProxy, egress_proxy, system_resolver
 from runtime.egress.report import MAX_DESTINATIONS, EgressLedger
+from runtime.egress.rules import IPAddress
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 
@@ -257,3 +258,33 @@ async def test_refused_names_cannot_push_the_allowed_host_out(
 def test_a_line_without_connections_says_so_in_its_fields() -> None:
     assert EgressLedger(["a.example"]).report().summary() == (
         "egress: allowed=0 refused=0 bytes_out=0 bytes_in=0")
+
+
+async def test_a_cluster_address_is_refused_before_any_connect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red if the proxy does not refuse its cluster's machines: ``node.cluster.test`` is
+    allowlisted, a private host (so the range check passes it) and resolves to 203.0.113.7
+    (TEST-NET-3, a cluster node with a public address here). Any connect the proxy tries is
+    caught below and refused, so not even the mutant sends a packet off this machine."""
+    node = ipaddress.ip_address("203.0.113.7")
+    tried: list[object] = []
+
+    async def no_connect(host: object, *args: object, **kwargs: object) -> object:
+        tried.append(host)
+        raise OSError("this test never connects")
+
+    async def resolver(host: str, port: int) -> list[IPAddress]:
+        return [node] if host == "node.cluster.test" else []
+
+    monkeypatch.setattr(asyncio, "open_connection", no_connect)
+    config = EgressConfig(ports=(443,), private_hosts=("node.cluster.test",))
+    async with egress_proxy(["node.cluster.test", "203.0.113.7"], config, tmp_path,
+                            resolver=resolver,
+                            denied=lambda: frozenset({node})) as proxy:
+        for target in ("node.cluster.test:443", "203.0.113.7:443"):
+            status, reader, writer = await ask(proxy, f"CONNECT {target} HTTP/1.1\r\n\r\n")
+            assert status.startswith(b"HTTP/1.1 403"), (target, status)
+            assert b"cluster address" in await reader.read()
+            writer.close()
+    assert tried == [] and proxy.report().allowed == 0 and proxy.report().refused == 2

@@ -90,3 +90,20 @@ def test_private_hosts_reach_private_addresses_and_nothing_else() -> None:
     for never in ("127.0.0.1", "169.254.169.254", "100.64.0.1", "224.0.0.1"):
         assert rules.check_address(ipa.ip_address(never), "searxng") is not None, never
     assert EgressRules(["searxng"]).check_address(private, "searxng") == "private address"
+
+
+def test_a_cluster_address_is_refused_even_when_everything_else_lets_it_through() -> None:
+    """Red if `denied` is not checked: 203.0.113.7 (TEST-NET-3) stands for a cluster node
+    with a public address; the name is allowlisted and a private host (so the range check
+    passes it), and only the cluster's deny set refuses it, also v4-mapped and 6to4."""
+    node = ipaddress.ip_address("203.0.113.7")
+    rules = EgressRules(["node.cluster.test"], private_hosts=["node.cluster.test"],
+                        denied=lambda: frozenset({node}))
+    open_rules = EgressRules(["node.cluster.test"], private_hosts=["node.cluster.test"])
+    assert rules.check_name("node.cluster.test", 443) is None
+    assert open_rules.check_address(node, "node.cluster.test") is None  # the control
+    assert rules.check_address(node, "node.cluster.test") == "cluster address"
+    for other in ("::ffff:203.0.113.7", "2002:cb00:7107::1"):
+        assert rules.check_address(ipaddress.ip_address(other)) == "cluster address"
+    assert rules.check_address(ipaddress.ip_address("203.0.113.8"),
+                               "node.cluster.test") is None

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.config import Settings
 from runtime.egress import EgressConfig, egress_proxy
 from runtime.egress.proxy import Resolver
+from runtime.egress.rules import DeniedAddresses
 from runtime.errors import RuntimeUnavailable, SandboxError
 from runtime.logging import after_this_step, get_logger
 from runtime.sandbox.backend import OutputCallback, StartGate
@@ -141,6 +142,7 @@ class DockerBackend:
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
+        self.egress_denied: DeniedAddresses | None = None  # a cluster node: its machines
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
         self._cgroup_driver = "cgroupfs"
         self.may_launch: Callable[[str, str], bool] = lambda t, s: True  # refill (t, s) now?
@@ -238,7 +240,8 @@ class DockerBackend:
             async with egress_proxy(request.egress_allowlist, self.config.egress,
                                     self.config.data_dir / "egress",
                                     exec_id=request.exec_id,
-                                    resolver=self.egress_resolver) as proxy:
+                                    resolver=self.egress_resolver,
+                                    denied=self.egress_denied) as proxy:
                 result = await self._run_call(request, on_output, proxy.socket_path,
                                               before_start, settled)
             return result.model_copy(update={"egress": proxy.report()})
