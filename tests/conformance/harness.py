@@ -14,7 +14,8 @@ container, under which runtime tier). Suites pick adapters by capability, never 
     runc-cold, runc-warm    DockerBackend on runc, a fresh container / a warm one per call
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
     cluster-node            a node agent of a real 1-node local cluster, through RemoteNode
-                            (``runtime.nodes.remote``; its own cluster per module: +~35 s)
+                            (``runtime.nodes.remote``; its own cluster per module: +~35 s;
+                            the probes' agent has no session disks: plain directories)
 
 **Adding a backend** (the cluster node, a new engine or tier) is adding one adapter to
 ``ADAPTERS`` at the end of this module: its factory and its capabilities (``cannot`` names
@@ -197,10 +198,10 @@ def docker(runtime: str, *, warm: bool) -> Adapter:
 
 # ---- a cluster node: the node agent on a local Ray cluster, through RemoteNode -----------
 
-CLUSTER_NODE = Capabilities(runtime="runc", cannot={
-    CONFINE: "the probes plant files in the workspace from this host, which does not see a "
-             "node's session disk (mounted in its engine's mount namespace); the node's "
-             "hardening is checked in tests/docker/test_node_agent.py"})
+# The probes plant files in the workspace from this host, which does not see a node's session
+# disk (mounted in the node's own mount namespace): tests/security/conftest.py joins its
+# cluster with ``disks=False`` (plain directories, seen from here). Contract checks keep disks.
+CLUSTER_NODE = Capabilities(runtime="runc")
 
 
 @contextlib.asynccontextmanager

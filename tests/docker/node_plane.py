@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None
-           ) -> Iterator[dict[str, RemoteNode]]:
+def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None, *,
+           disks: bool | None = None) -> Iterator[dict[str, RemoteNode]]:
+    """`disks`: the agents' session disks (`agent_for`; None: when the node can). An agent
+    is made once per node, so the first join of a cluster decides."""
     from runtime.cluster import link
 
     saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
@@ -32,7 +34,7 @@ def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None
     try:
         from runtime.nodes.remote import agent_for
 
-        yield {n.id: agent_for(n.id, n.ray_id, on_lost=on_lost)
+        yield {n.id: agent_for(n.id, n.ray_id, on_lost=on_lost, disks=disks)
                for n in link.nodes() if n.alive}
     finally:
         link.disconnect()

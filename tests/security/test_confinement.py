@@ -3,8 +3,11 @@
 Every probe runs on each adapter of the conformance harness that can CONFINE
 (``tests/conformance/harness.py``): today DockerBackend under each runtime tier (runc, and
 gVisor's runsc) in a cold container and in a warm one (``warm_pool.py``: created and started
-ahead of the call, the job handed to its runner), which must all be confined alike. A new
-backend gets these probes by its adapter, not by an edit here.
+ahead of the call, the job handed to its runner), which must all be confined alike, and the
+node agent of a real 1-node local cluster (runc, through RemoteNode; its workspaces plain
+directories, see conftest.py). A new backend gets these probes by its adapter, not by an edit
+here. On the node two probes show less: the environment canary is set in this process, not
+the agent's, and the host listeners are this host's, not the node engine's bridge.
 
 Each runs hostile code in a real container and asserts the attempt fails for the reason the
 protection gives (EROFS, not just EACCES; EPERM from seccomp, not EFAULT from a reachable
