@@ -13,13 +13,17 @@ clients across tenants and sessions:
 
 Every `sample_s` the sampler records the supervisor's RSS, open fds and threads, the
 containers of its instance, the mounts under its data dir and the data dir's allocated
-size (`du -x`: not the session disks' insides). After the warm-up (the first
+size (`du -x`: not the session disks' insides) less the sessions' snapshots, which are
+sampled apart: agent turns that change files snapshot their session (`turn-<id>`, ≈ 0.7 MiB
+for a nearly empty disk), bounded by the turn snapshots a session keeps, not by calls, so
+the bound there is on how many any one session holds. After the warm-up (the first
 `warmup_fraction` of the run) growth must be flat; `flatness()` states the bounds.
 `navi bench soak` and tests/faults/test_soak.py both run it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -41,6 +45,7 @@ import httpx
 import typer
 import yaml
 
+from runtime.agent.turn_snapshots import KEEP as TURN_SNAPSHOTS_KEPT
 from runtime.workspace.mount_table import mounts_under
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +57,8 @@ BOUNDS = {"rss_mib": 40.0, "fds": 16, "threads": 8, "containers": 12, "mounts": 
 # The data dir grows by the audit log (two copies: SQLite and the jsonl mirror), the
 # conversation rows and the store: bounded per call, not flat.
 DATA_BYTES_PER_CALL = 16 * 1024
+# Turn snapshots held by one session at any sample (the newest made before the oldest goes).
+SNAPSHOTS_BOUND = TURN_SNAPSHOTS_KEPT + 1
 
 
 def _free_port() -> int:
@@ -96,6 +103,20 @@ def _du(path: Path) -> int:
     res = subprocess.run(["du", "-sx", "-B1", str(path)], capture_output=True, text=True,
                          check=False)
     return int(res.stdout.split()[0]) if res.stdout else 0
+
+
+def _snapshots(data: Path) -> tuple[int, int]:
+    """(allocated bytes of every session snapshot, most snapshots any one session holds)."""
+    total, most = 0, 0
+    for held in (data / "workspaces").glob("*/*.snapshots"):
+        blocks = []
+        with contextlib.suppress(FileNotFoundError):  # a session deleted meanwhile
+            for image in held.glob("*.img"):
+                with contextlib.suppress(FileNotFoundError):
+                    blocks.append(image.stat().st_blocks * 512)
+        total += sum(blocks)
+        most = max(most, len(blocks))
+    return total, most
 
 
 def _containers(instance: str) -> int:
@@ -175,7 +196,12 @@ class Soak:
                    for kind in ("Anon", "File", "Shmem")},
                 "fds": len(os.listdir(f"/proc/{pid}/fd")),
                 "containers": _containers(self.instance),
-                "mounts": len(mounts_under(self.data)), "data_bytes": _du(self.data)}
+                "mounts": len(mounts_under(self.data)), **self._disk_bytes()}
+
+    def _disk_bytes(self) -> dict[str, int]:
+        snapshot_bytes, most = _snapshots(self.data)
+        return {"data_bytes": _du(self.data) - snapshot_bytes, "snapshot_bytes": snapshot_bytes,
+                "snapshots_per_session": most}
 
     def _sampler(self) -> None:
         while not self._stop.wait(self.sample_s):
@@ -338,7 +364,10 @@ def flatness(samples: list[dict[str, Any]], calls: int,
     span = after[-1]["calls"] - after[0]["calls"]
     per_call = (after[-1]["data_bytes"] - after[0]["data_bytes"]) / max(1, span)
     out["data_bytes_per_call"] = round(per_call)
-    out["ok"] = ok and per_call <= DATA_BYTES_PER_CALL
+    most = max(s.get("snapshots_per_session", 0) for s in samples)
+    # a turn makes its snapshot before it deletes the oldest: one more for that moment
+    out["snapshots_per_session"] = {"max": most, "bound": SNAPSHOTS_BOUND}
+    out["ok"] = ok and per_call <= DATA_BYTES_PER_CALL and most <= SNAPSHOTS_BOUND
     return out
 
 
@@ -390,6 +419,10 @@ def cli(
                        f"(growth {flat[key]['growth']}, bound {BOUNDS[key]})")
     typer.echo(f"data dir   {flat.get('data_bytes_per_call')} B per call "
                f"(bound {DATA_BYTES_PER_CALL})")
+    if "snapshots_per_session" in flat:
+        typer.echo(f"snapshots  at most {flat['snapshots_per_session']['max']} per session "
+                   f"(bound {SNAPSHOTS_BOUND}), "
+                   f"{result['samples'][-1].get('snapshot_bytes', 0)} B at the end")
     typer.echo(f"flat: {flat['ok']}; results: {path} (+ .png)")
     if not flat["ok"] or result["error_count"] or not result["audit_verify"].get("ok"):
         raise typer.Exit(1)
