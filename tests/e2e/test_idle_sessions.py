@@ -110,6 +110,7 @@ def test_calls_arriving_as_their_session_is_released(tmp_path: Path) -> None:
     one works and sees the files of the last; then kill -9 leaves no mount or loop device."""
     srv = start_server(tmp_path, ROOT / "policies" / "default.yaml",
                        extra_env={**STRICT, "NAVI_SESSION_IDLE_S": "0.5"})
+    session = ""
     try:
         _, token = srv.tenant_with_user()
         with srv.client(token) as client:
@@ -132,6 +133,18 @@ def test_calls_arriving_as_their_session_is_released(tmp_path: Path) -> None:
         assert mounts_under(srv.data_dir) == [] and loop_devices(srv) == []  # the guard
     finally:
         stop_server(srv)
+        remove_containers(session)  # a warm refill the kill -9 caught half made
+
+
+def remove_containers(session: str) -> None:
+    """The session's containers a killed server left (the next server on its data dir would
+    reap them; this test starts none)."""
+    if not session:
+        return
+    found = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=navi.session={session}"],
+                           capture_output=True, text=True, check=False).stdout.split()
+    if found:
+        subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
 
 
 def test_429_only_when_sessions_in_use_hold_the_quota(tmp_path: Path) -> None:
