@@ -24,6 +24,7 @@ export class ToolCard {
     this.shown = 0;
     this.capped = false;
     this.finished = false;
+    this.fromResult = false; // output taken whole from the result: later live chunks repeat it
     this.status = h("span", { class: "status running", text: "running…" });
     this.badges = h("span", { class: "badges" });
     this.output = h("pre", { class: "output", tabindex: "0", "aria-label": "Output",
@@ -63,7 +64,7 @@ export class ToolCard {
   }
 
   appendOutput(stream, text) {
-    if (!text) return;
+    if (!text || this.fromResult) return;
     this.outputWrap.hidden = false;
     if (this.capped) return;
     let chunk = String(text);
@@ -120,6 +121,7 @@ export class ToolCard {
       if (!result.stdout && !result.stderr && result.output) {
         this.appendOutput("stdout", result.output);
       }
+      this.fromResult = this.shown > 0;
     }
     const ok = hasExit && result.exit_code !== null
       ? result.ok ?? (result.exit_code === 0 && !result.timed_out && !result.oom_killed)
