@@ -5,7 +5,7 @@ set and the rate quota out of the way) and two tenants. Tenant B times `print(1)
 (`code_exec`, one session, an interactive caller's pace) on the idle server; then tenant A
 sends `max_concurrent + queue_depth + extra` CPU-burning calls at once (its maximum runs,
 its queue fills, the rest get 429 with `Retry-After`) and B times the same calls again
-while A burns. The ratio of the medians is the figure DESIGN bounds (≤ 3). `--compare`
+while A burns. The ratio of the medians is the figure the fair-share goal bounds (≤ 3). `--compare`
 runs it twice more: with `NAVI_TENANT_CGROUPS=false` (every container a sibling of every
 other), and with neither the cgroups nor the limit (A's whole flood runs at once).
 `navi bench fairshare` runs it; tests/tenancy/test_fair_share.py asserts the same bound.
@@ -187,7 +187,7 @@ def cli(
                                  "the concurrency limit."),
 ) -> None:
     """A tenant flooding at its maximum vs another tenant's print(1): the ratio of its p50
-    to the idle server's (DESIGN: ≤ 3). JSON in bench/results/fairshare-<UTC>.json."""
+    to the idle server's (goal: ≤ 3). JSON in bench/results/fairshare-<UTC>.json."""
     runs = [FairShare(calls=calls, burn_s=burn_s).run()]
     if compare:
         runs.append(FairShare(calls=calls, burn_s=burn_s, tenant_cgroups=False).run())

@@ -17,7 +17,7 @@ MessageRole = Literal["user", "assistant", "tool", "summary"]
 
 
 class Execution(BaseModel):
-    """DESIGN's exec result: what a caller (API, agent, CLI) is told about one execution,
+    """The exec result: what a caller (API, agent, CLI) is told about one execution,
     built once by `ExecOutcome.execution` with `ok` from `ExecResult.ok` (exit code 0,
     neither timed out nor out of memory); nobody recomputes it."""
 
@@ -40,7 +40,7 @@ class Execution(BaseModel):
 
 
 class ExecOut(Execution):
-    """DESIGN's exec result (`Execution`'s fields, `ok` as the Executor decided it) and what
+    """The exec result (`Execution`'s fields, `ok` as the Executor decided it) and what
     the tool itself said."""
 
     output: str | None = Field(None, description="the tool's own output (e.g. a summary)")

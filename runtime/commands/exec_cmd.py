@@ -7,7 +7,7 @@ Nothing takes a shortcut: the call goes through the same call service as the API
 validated by the tool, decided by the policy file, written to the audit log of the data dir
 (intent before the container starts, outcome after) and run by the Docker backend in a
 fresh hardened container. Output streams live (stdout to stdout, stderr to
-stderr) unless ``--json``, which prints DESIGN's exec result fields once it is done.
+stderr) unless ``--json``, which prints the exec result's fields once it is done.
 
 Exit status mirrors the program's exit code; otherwise: 124 timed out, 137 killed for
 memory, 126 policy denied (the rule is printed), 75 quota exceeded, 74 audit unavailable

@@ -1,6 +1,6 @@
 """The egress proxy of one execution: an asyncio HTTP proxy on a unix socket of its own.
 
-DESIGN "The sandbox": egress, when a policy allows it, goes only through an allowlisting
+Egress (docs/sandbox.md), when a policy allows it, goes only through an allowlisting
 proxy reached over a unix socket mounted into the container; there is never a route to the
 host or the LAN. The container itself keeps ``--network none``; the backend creates this
 proxy before the container and closes it when the call ends::

@@ -21,7 +21,7 @@ Use (API routes, tools, the CLI)::
         exec_id=None,               # generated ("ex_" + 24 hex) unless given
         approver=None,              # per-call approver, overrides the default
     )
-    outcome.result                  # ExecResult;  outcome.public() -> DESIGN's exec fields
+    outcome.result                  # ExecResult;  outcome.public() -> the exec result's fields
     outcome.audit_seq               # seq of the *outcome* record (intent_seq: of the intent)
 
     await executor.kill(exec_id)    # cancellation: the run returns, the outcome is audited

@@ -54,7 +54,7 @@ class ExecOutcome(BaseModel):
 
     @functools.cached_property
     def execution(self) -> Execution:
-        """The exec result of DESIGN (`POST /v1/sessions/{id}/exec`, `navi exec --json`)."""
+        """The exec result (`POST /v1/sessions/{id}/exec`, `navi exec --json`)."""
         r = self.result
         return Execution(
             ok=r.ok, exit_code=r.exit_code,

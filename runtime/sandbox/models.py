@@ -18,7 +18,7 @@ SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class Limits(BaseModel):
-    """Resource limits of one execution. Defaults are DESIGN's; a policy may only lower them."""
+    """Resource limits of one execution. Defaults: docs/sandbox.md; a policy may only lower them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -3,7 +3,7 @@
 Tools describe *what* to run as an `Invocation` (argv, stdin, extra read-only mounts); the
 Executor decides whether, in which image and with which limits, records it in the audit
 log and runs it with the session workspace (from the `ToolContext`) as working directory.
-`exec_metadata` is what tools put in `ToolResult.metadata`: DESIGN's exec result fields
+`exec_metadata` is what tools put in `ToolResult.metadata`: the exec result's fields
 (`POST /v1/sessions/{id}/exec`) plus the deciding rule; `with_run` puts the run itself,
 typed, on the tool's result (`ToolResult.execution`, `ToolResult.rule`): that is how the
 caller learns what ran, never through the context.

@@ -1,7 +1,7 @@
 """Who is using which session disk, and since when: the leases behind idle release.
 
 A session's disk is mounted while it is in use and released after ``NAVI_SESSION_IDLE_S``
-without use (DESIGN "Sessions at rest cost nothing"). Every use holds a lease: an open
+without use, so sessions at rest cost no mount (docs/sessions.md). Every use holds a lease: an open
 ``Workspace`` (a call holds one for its whole run, the files API for each operation). A lease
 is taken under the lock *before* the disk is mounted, and a release re-checks the leases
 under the same lock before it unmounts, holding the session's gate, which a mount takes too:

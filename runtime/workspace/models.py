@@ -30,7 +30,7 @@ class FileStat(BaseModel):
 
 
 class WorkspaceLimits(BaseModel):
-    """Defaults from DESIGN "Contract details": upload 100 MiB, session disk 1 GiB."""
+    """Defaults: upload 100 MiB, session disk 1 GiB (docs/sandbox.md, "Default limits")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

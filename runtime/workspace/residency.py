@@ -1,5 +1,5 @@
 """Session disks mounted while in use: the part of ``Workspaces`` that mounts, releases and
-makes room (DESIGN "Sessions at rest cost nothing"; the leases are ``activity``'s).
+makes room (sessions at rest cost no mount: docs/sessions.md; the leases are ``activity``'s).
 
 A use mounts the session's disk, admitted against the tenant's quota and the data disk as a
 mounted disk counts (``disk``); when it does not fit, the least recently used session with

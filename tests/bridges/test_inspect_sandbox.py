@@ -2,7 +2,7 @@
 against the `navi` provider and a real `navi serve` with a real engine.
 
 Every check runs; the ones the server's policy refuses by design are expected to fail
-(`BY_DESIGN`, each with the reason; README's "inspect_ai" section lists the same), and the
+(`BY_DESIGN`, each with the reason; docs/integrations.md, "inspect_ai", lists the same), and the
 test below pins that list so a change in either direction shows. /tmp persists and the files
 API acts as the sandbox uid, so only running as another user is left."""
 

@@ -47,7 +47,7 @@ from tests.docker.sandbox_fixtures import engine_config, new_workspace, started_
 from tests.docker.warm_fixtures import wait_ready
 
 EXECUTE = "execute"  # runs the program it is given: output, exit codes and limits are real
-CONFINE = "confine"  # keeps DESIGN's isolation promises: the confinement probes run on it
+CONFINE = "confine"  # keeps the isolation promises (docs/sandbox.md): confinement probes run
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Every state change through the API or an agent tool is decided and audited first, with
-``action`` and ``object`` (DESIGN "Contract details, second wave"): sessions, files, tools."""
+``action`` and ``object`` (docs/audit.md): sessions, files, tools."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Found by trying the served API from outside, as a newcomer and as an attacker (DESIGN's
-"Control API" and "Contract details"); each test failed before its fix. None needs an engine:
+"""Found by trying the served API from outside, as a newcomer and as an attacker (the
+control API, docs/api.md); each test failed before its fix. None needs an engine:
 the calls are refused before a container, or use tools that run none."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _todo(server: Server, token: str, session: str, title: str) -> None:
 @pytest.mark.parametrize("tool", ["http_request", "web_view"])
 def test_denied_web_tools_answer_403_with_the_rule_and_are_audited(
         server: Server, tenant: dict[str, str], tool: str) -> None:
-    """DESIGN: group:web is denied "so a denial is always observable"; these tools are not
+    """group:web is denied by default, so a denial is always observable; these tools are not
     shipped, which used to answer 404 `no tool named ...` instead of the policy's 403."""
     with server.client(tenant["user"]) as user:
         resp = user.post(f"/v1/sessions/{tenant['session']}/exec",

@@ -1,7 +1,7 @@
-"""Sessions at rest cost nothing (DESIGN), against a real `navi serve` with real containers and
-loop mounts: a tenant with the default quotas keeps 100 sessions and runs a call in each, the
-mounts follow the active sessions, calls arriving as their session is released work, kill -9
-leaves no mount, and only sessions in use holding the quota make a 429."""
+"""Sessions at rest cost nothing (docs/sessions.md), against a real `navi serve` with real
+containers and loop mounts: a tenant with the default quotas keeps 100 sessions and runs a call
+in each, the mounts follow the active sessions, calls arriving as their session is released
+work, kill -9 leaves no mount, and only sessions in use holding the quota make a 429."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A session's /tmp persists on its disk, and the files API acts as the sandbox uid (DESIGN
-"A session's sandbox state persists"): a real `navi serve`, a real engine, runc and gVisor,
+"""A session's /tmp persists on its disk, and the files API acts as the sandbox uid
+(docs/sessions.md): a real `navi serve`, a real engine, runc and gVisor,
 cold calls (no warm pool) and warm ones (pre-made containers of the session)."""
 
 from __future__ import annotations

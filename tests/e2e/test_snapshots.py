@@ -1,4 +1,4 @@
-"""Snapshots and fork (DESIGN "Snapshots") against a real `navi serve`, real containers and loop
+"""Snapshots and fork (docs/sessions.md) against a real `navi serve`, real containers and loop
 mounts: a restore gives back exactly the snapshot's files (a call sees them, warm containers
 included), a fork is a new independent session, a restore during a call is 409
 `session_busy`, snapshots count in the tenant's disk quota and go with their session,

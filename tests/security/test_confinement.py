@@ -1,4 +1,4 @@
-"""One adversarial ``test_cant_*`` per isolation promise of DESIGN "The sandbox".
+"""One adversarial ``test_cant_*`` per isolation promise of the sandbox (docs/sandbox.md).
 
 Every probe runs on each adapter of the conformance harness that can CONFINE
 (``tests/conformance/harness.py``): today DockerBackend under each runtime tier (runc, and

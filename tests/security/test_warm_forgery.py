@@ -1,4 +1,4 @@
-"""A warm job cannot forge its own exit status (DESIGN, Hardening).
+"""A warm job cannot forge its own exit status (docs/security.md).
 
 A warm container's runner hands the job to a process it forked and marks the job's end on
 stdout and stderr with a trailer carrying a nonce and the exit status (``warm_runner.py``).

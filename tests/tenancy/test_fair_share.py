@@ -1,5 +1,5 @@
 """Fair share: one tenant running its maximum and flooding does not slow another tenant's
-`print(1)` more than 3x (DESIGN "Contract details, second wave", Fair share).
+`print(1)` more than 3x (docs/security.md, "CPU and concurrency").
 
 Tenant A runs CPU-burning calls at its `max_concurrent` (4) on this 2-core machine, with
 its queue full and more refused (429, Retry-After); meanwhile tenant B's `print(1)` is

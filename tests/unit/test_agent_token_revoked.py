@@ -1,5 +1,5 @@
-"""A token revoked while its agent turn runs stops the turn before the next step (DESIGN
-"Hardening"): a scripted model (the fake Ollama over HTTP) that never stops calling tools,
+"""A token revoked while its agent turn runs stops the turn before the next step
+(docs/security.md): a scripted model (the fake Ollama over HTTP) that never stops calling tools,
 the real services in-process (store, audit, policy, tools), the token revoked in the store
 after the first call: at most one more call runs, the turn ends with `error` code
 `token_revoked`, and the ending is stored. A sub-agent acting with the same token stops too,

@@ -1,6 +1,6 @@
 """`POST /v1/sessions/{id}/exec`'s contract, in-process through ASGI (`create_app` + httpx's
-`ASGITransport`, a tmp data dir, the scripted FakeBackend): the result's fields (DESIGN and
-README), `ok`, the events a call publishes, and the error envelopes (400/403/404/422/429).
+`ASGITransport`, a tmp data dir, the scripted FakeBackend): the result's fields
+(docs/api.md), `ok`, the events a call publishes, and the error envelopes (400/403/404/422/429).
 The real-server e2e tests (tests/e2e/test_api_sandbox.py) keep what needs a real engine."""
 
 from __future__ import annotations

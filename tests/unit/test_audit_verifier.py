@@ -1,4 +1,4 @@
-"""`GET /v1/audit/verify` behind the scenes (DESIGN "Hardening"): a tenant is told only its
+"""`GET /v1/audit/verify` behind the scenes (docs/audit.md): a tenant is told only its
 own figures (its records, the first of them found wrong) beside the whole chain's `ok`; the
 full re-hash runs on a worker of its own (never the shared default pool), once per state of
 the log, and concurrent askers share one run. Real audit logs on disk."""

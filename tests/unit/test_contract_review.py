@@ -1,5 +1,5 @@
 """Found by trying the command line and policy files as an attacker or a careless user would
-(DESIGN's "Command line"); each test failed before its fix: a hang, a traceback, or a
+(the `navi` sub-commands); each test failed before its fix: a hang, a traceback, or a
 misleading success."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`memory`, `todo` and `scratchpad` changes are audited before they are made (`memory.save`,
 `memory.forget`, `note.write`), reads are not, and with the audit log unwritable nothing
-changes (DESIGN "Hardening"). Real registry, real SQLite files, a real audit log."""
+changes (docs/security.md). Real registry, real SQLite files, a real audit log."""
 
 from __future__ import annotations
 

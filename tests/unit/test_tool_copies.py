@@ -77,7 +77,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def test_refused_calls_write_no_copy(rig: Rig) -> None:
-    """DESIGN: copies are made after admission. 20 versions tested under a quota of 1 call
+    """Copies are made after admission. 20 versions tested under a quota of 1 call
     a minute: 19 are refused, and only the one that ran has a copy."""
     outcomes = []
     for i in range(20):

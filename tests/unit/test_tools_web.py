@@ -286,7 +286,7 @@ async def test_fetcher_failures_become_clear_errors(audit: AuditLog) -> None:
 
 
 async def test_the_default_policy_denies_both_with_the_rule(audit: AuditLog) -> None:
-    """DESIGN: group:web is denied by default "so a denial is always observable"; also with
+    """group:web is denied by default, so a denial is always observable; also with
     arguments that do not validate (the policy speaks first)."""
     backend = FakeBackend()
     registry, executor = rig(audit, backend)

@@ -1,6 +1,6 @@
 """Direct tool execution in a session, under the same policy, audit and sandbox as the agent.
 
-`POST /v1/sessions/{id}/exec` answers DESIGN's exec result. With `?stream=true` it answers
+`POST /v1/sessions/{id}/exec` answers the exec result (docs/api.md). With `?stream=true` it answers
 the execution's events as SSE instead (`tool_call`, live `exec_output`, then `tool_result`
 carrying the same result fields, or `error`). Either way every event also goes to the
 session's bus, so `GET /v1/sessions/{id}/events` watchers see the run live, from the moment
@@ -38,7 +38,7 @@ _EXEC_KEYS = frozenset(Execution.model_fields)
 
 
 def exec_out(result: ToolResult, exec_id: str) -> ExecOut:
-    """DESIGN's exec result: a sandboxed run's typed `execution` as it is; a tool that ran no
+    """The exec result: a sandboxed run's typed `execution` as it is; a tool that ran no
     program maps onto the same fields (its output as stdout, `ok` its success)."""
     run = result.execution
     if run is not None:  # what the tool says beyond its run (e.g. a fetched body's `truncated`)

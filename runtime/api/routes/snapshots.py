@@ -1,4 +1,4 @@
-"""Snapshots of a session's files and forks of a session (DESIGN "Snapshots").
+"""Snapshots of a session's files and forks of a session (docs/sessions.md, "Snapshots and forks").
 
 `POST /v1/sessions/{id}/snapshots {name?}` → 201 `{id, name, created_at, bytes}`; `GET` lists
 them (oldest first); `POST .../snapshots/{sid}/restore` → 200 (the snapshot; 409

@@ -2,9 +2,9 @@
 
 Nothing reaches the Docker SDK as loose ``HostConfig`` kwargs: ``build_spec`` turns an
 ``ExecRequest`` into a ``ContainerSpec`` (validating env names, mounts and labels), and the
-spec renders itself into the SDK's create arguments. The protections of DESIGN "The sandbox"
-are fields with secure defaults; those that must never be relaxed are ``Literal`` types, so
-an insecure spec cannot even be constructed:
+spec renders itself into the SDK's create arguments. The protections every container gets
+(docs/sandbox.md) are fields with secure defaults; those that must never be relaxed are
+``Literal`` types, so an insecure spec cannot even be constructed:
 
     network none · no host namespaces (ipc/cgroupns private) · never privileged · cap-drop ALL
     no-new-privileges · project seccomp profile · non-root uid:gid · read-only root

@@ -19,8 +19,9 @@ What follows the frame on stdin is the job's stdin, up to EOF.
 When the job exits, the runner writes the trailer ``\\0navi-end-<nonce>:<exit code>\\n`` on
 stdout and on stderr: the backend ends the call at the two trailers (each stream is ordered,
 so no output of the job is lost) instead of waiting ~20 ms for the engine to tear the
-container down, then removes it. The job must never write one itself (DESIGN: a warm job
-cannot forge its own exit status), so the nonce never comes within its reach:
+container down, then removes it. The job must never write one itself (a promise of the
+security model, docs/security.md: a warm job cannot forge its own exit status), so the
+nonce never comes within its reach:
 - it is not in the job's memory: the child was forked before the frame was read, and is
   handed the argv only;
 - the job cannot read the runner's memory, nor tini's (``/proc/<pid>/mem``, also writable

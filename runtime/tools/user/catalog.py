@@ -2,7 +2,7 @@
 
 A snapshot is taken lazily on a tenant's first use and replaced by `reload`; `write_tool`
 and `delete_tool` change files, not the snapshot, so a tool written by the agent runs by
-its own name only after `reload_tools` (DESIGN "Tools over the API"). Created by the app
+its own name only after `reload_tools` (docs/api.md, "Running tools"). Created by the app
 factory; holds no global state.
 """
 
