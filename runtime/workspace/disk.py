@@ -45,7 +45,7 @@ from runtime.logging import get_logger
 from runtime.workspace.image_copy import image_lock
 from runtime.workspace.leftovers import sweep_temp_files
 from runtime.workspace.mount_table import mounts_under, release
-from runtime.workspace.snapshots import remove_all, snapshot_bytes
+from runtime.workspace.snapshot_layout import remove_all, snapshot_bytes
 
 log = get_logger(__name__)
 

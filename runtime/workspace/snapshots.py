@@ -9,16 +9,11 @@ holds. Measured on this machine (2 shared cores): a 1 GiB session holding 100 Mi
 75–150 ms into 100.7 MiB (an empty one 2–5 ms, 0.7 MiB); over the API, with the audit
 record and the quota, a snapshot takes 125–310 ms, a restore 120–200 ms, a fork 145–165 ms.
 
-Layout, beside the session's image (``root/<tenant>/``)::
-
-    <session>.img                     the session's disk
-    <session>.snapshots/<sid>.img     a snapshot's image (sparse)
-    <session>.snapshots/<sid>.json    its metadata {id, name, created_at, bytes}
-
-Crash-safe without the store: an image is written as ``.part`` and renamed when whole, its
-metadata written the same way afterwards; a snapshot exists when both do, and leftovers of
-a crash are swept under the image lock. Snapshots count in the tenant's disk quota at their
-allocated bytes (``snapshot_bytes``) and go with their session (``remove_all``).
+Where snapshots are kept is ``runtime.workspace.snapshot_layout`` (below the disk, which
+counts and removes them). Crash-safe without the store: an image is written as ``.part`` and
+renamed when whole, its metadata written the same way afterwards; a snapshot exists when both
+do, and leftovers of a crash are swept under the image lock. Snapshots count in the tenant's
+disk quota at their allocated bytes and go with their session (``snapshot_layout``).
 
 Taking a snapshot holds a lease (the disk stays mounted, no restore meanwhile; a call in
 flight only waits out the freeze). Restoring holds the session alone (``SessionBusy`` while
@@ -35,7 +30,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -47,7 +41,6 @@ from runtime.errors import Conflict, NotFound
 from runtime.logging import get_logger
 from runtime.workspace.image_copy import (
     PART,
-    SNAPSHOTS_SUFFIX,
     copy_file_sparse,
     copy_image_locked,
     image_lock,
@@ -96,33 +89,6 @@ def check_snapshot_id(value: str) -> str:
     if not SNAPSHOT_ID.fullmatch(value):
         raise NotFound("no such snapshot")  # never a path: a malformed id names nothing
     return value
-
-
-def snapshot_bytes(tenant_dir: Path) -> int:
-    """What the tenant's snapshots take on disk (their allocated bytes, leftovers too)."""
-    total = 0
-    try:
-        dirs = [e for e in os.scandir(tenant_dir) if e.name.endswith(SNAPSHOTS_SUFFIX)]
-    except FileNotFoundError:
-        return 0
-    for found in dirs:
-        try:
-            entries = list(os.scandir(found.path))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            with contextlib.suppress(FileNotFoundError):
-                total += entry.stat(follow_symlinks=False).st_blocks * 512
-    return total
-
-
-def remove_all(session_dir: Path) -> None:
-    """Delete a session's snapshots (its session is being deleted), and the part of an image
-    a crash left mid-restore or mid-fork beside it (counted nowhere, else kept forever)."""
-    shutil.rmtree(snapshots_dir(session_dir), ignore_errors=True)
-    image = image_of(session_dir)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(image.with_name(image.name + PART))
 
 
 def _write_json(path: Path, value: dict[str, object]) -> None:

@@ -23,7 +23,8 @@ from runtime.workspace.activity import Activity
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
 from runtime.workspace.image_copy import image_lock, snapshots_dir
 from runtime.workspace.mount_table import mounts_under
-from runtime.workspace.snapshots import Snapshots, room_for, snapshot_bytes
+from runtime.workspace.snapshot_layout import snapshot_bytes
+from runtime.workspace.snapshots import Snapshots, room_for
 
 pytestmark = pytest.mark.skipif(not loop_mounts_available(), reason="needs root and loop devices")
 
