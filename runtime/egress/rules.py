@@ -18,7 +18,7 @@ Two checks, in this order, so that a name the policy did not grant never causes 
    ``private_hosts`` (the operator's services beside Navi, e.g. a SearXNG on the same Docker
    network) lets those exact names reach RFC 1918 / unique-local addresses, nothing else
    (never loopback, link-local - the cloud metadata address - or multicast).
-   ``denied`` (a cluster: its own machines' addresses, ``runtime.cluster.addresses``) is
+   ``denied`` (a cluster: its own machines' addresses, ``runtime.nodes.cluster_addresses``) is
    refused first, whatever the policy and ``private_hosts`` say: a cluster whose nodes have
    public addresses is not kept out by the range checks above.
 

@@ -6,7 +6,7 @@ keeps the API, policy, audit and store and reaches the node only through this ac
 on one machine, reused as it is: `DockerBackend` (the node's engine from DOCKER_HOST, its
 images, warm pool, egress proxy, reaper) and `Workspaces` (session disks under the node's
 own data dir, the mount guard, idle release). Its egress proxies also refuse the cluster's
-own machines (`runtime.cluster.addresses`), read from Ray before it takes work.
+own machines (`runtime.nodes.cluster_addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
 (no dashboard, no job API run). Errors go back as `Failed` values (`runtime.nodes.failures`).
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runtime.cluster.addresses import ClusterAddresses
 from runtime.config import Settings
 from runtime.errors import AuditUnavailable, InvalidInput
 from runtime.logging import get_logger
+from runtime.nodes.cluster_addresses import ClusterAddresses
 from runtime.nodes.failures import Failed, packed
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.instance import load_instance_id

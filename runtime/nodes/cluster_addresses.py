@@ -1,5 +1,8 @@
 """The cluster's own machines, which no sandbox's egress may reach (issue 33).
 
+On the node side: only the node agent (`runtime.nodes.agent`) keeps this set, so it lives
+beside it, below the cluster package that joins and places nodes.
+
 The egress proxy refuses private, link-local and loopback addresses, so a cluster on a
 private network is out of reach already; one whose machines have public addresses is not.
 A node agent keeps this set (every Ray node's `NodeManagerAddress`, and the drivers' - the

@@ -1,0 +1,95 @@
+"""Arrows point down (docs/architecture.md, "Layers"): the import circles and upward arrows
+that were taken out stay out. Imports are read from the source with `ast`, those under
+`if TYPE_CHECKING:` included: a type-only import still ties the lower module to the higher one
+for its next reader."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The `runtime.*` modules a file imports (a `from pkg import name` counts as pkg.name
+    when that is a module of ours, else as pkg)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("runtime"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("runtime"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                as_file = ROOT / Path(*sub.split("."))
+                found.add(sub if as_file.with_suffix(".py").is_file() or as_file.is_dir()
+                          else node.module)
+    return found
+
+
+def graph(package: str) -> dict[str, set[str]]:
+    files = sorted((ROOT / Path(*package.split("."))).rglob("*.py"))
+    return {module_of(f): {m for m in imports(f) if m.startswith(package)} for f in files}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in edges.get(node, ()):
+            if nxt not in edges:
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in edges:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_circles_are_found() -> None:
+    """The check itself, on a made-up graph: a -> b -> c -> a is one circle, d stands apart."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_the_workspace_package_has_no_import_circle() -> None:
+    """The disk counts and removes snapshots through their layout, which stands below it; the
+    snapshot store (which needs the manager) stands above (was disk -> snapshots -> manager
+    -> disk)."""
+    assert circles(graph("runtime.workspace")) == []
+
+
+def test_the_node_agent_does_not_import_the_cluster() -> None:
+    """The node side stands below the cluster that joins and places it: the cluster's own
+    addresses, which a node's egress proxies refuse, are read by the node agent alone and live
+    beside it (`runtime.nodes.cluster_addresses`)."""
+    agent = imports(ROOT / "runtime" / "nodes" / "agent.py")
+    assert sorted(m for m in agent if m.startswith("runtime.cluster")) == []
