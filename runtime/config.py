@@ -87,6 +87,15 @@ class Settings(BaseSettings):
         "(0: no limit).")
     refusal_rate: float = Field(
         5.0, gt=0, description="Refused calls per second a tenant's allowance refills by.")
+    change_burst: int = Field(
+        60, ge=0, description="Allowed state changes (file writes and deletes, snapshots, "
+        "shares, processes, kernel executes, E2B calls) a tenant may make at once; past it and "
+        "`change_rate`, a 429 `change_rate` (0: no limit).")
+    change_rate: float = Field(
+        10.0, gt=0, description="State changes per second a tenant's allowance refills by.")
+    send_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds a download or shared/published read waits for its "
+        "client to take the next chunk before it is cut (a stalled reader holds its session).")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
     tenant_cgroups: bool = Field(

@@ -32,6 +32,7 @@ from runtime.store import Store
 from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
+from runtime.workspace.held_reads import HeldReads
 
 if TYPE_CHECKING:
     from runtime.agent.service import AgentService
@@ -74,6 +75,7 @@ class Services:
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    reads: HeldReads = field(default_factory=HeldReads)  # downloads in flight, cut on delete
     token_watch: TokenWatch = field(init=False)  # streams end when their token is revoked
     verifier: ChainVerifier = field(init=False)  # /v1/audit/verify, on a worker of its own
 

@@ -72,6 +72,8 @@ class SessionSnapshots:
     async def restore(self, subject: Subject, snapshot_id: str) -> Snapshot:
         """The session's files become the snapshot's; 409 ``session_busy`` during a call."""
         found = await self._get(subject, snapshot_id)
+        # downloads in flight end (their bytes would be the files being replaced)
+        await asyncio.to_thread(self.services.reads.cut, subject.tenant, subject.session)
         if self.services.workspaces.activity.busy((subject.tenant, subject.session)):
             raise SessionBusy("the session has a call or file operation in flight; "
                               "restore when it ends")  # refused before anything is recorded

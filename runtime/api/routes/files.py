@@ -5,7 +5,9 @@ A path is workspace-relative, or absolute under `/tmp/` for the session's persis
 (URL `/files/%2Ftmp/x` or `/files//tmp/x`; `runtime.workspace.tmpdir`). Every operation acts
 as the sandbox uid: what the sandbox made unreadable or read-only is 403 `permission_denied`.
 Uploads stream to disk with the size checked as they arrive (413 past the limit); downloads
-stream from an fd opened beneath the workspace. Never `docker cp` from a live container.
+stream from an fd opened beneath the workspace, holding the session until the response ends
+(`runtime.api.held_response`: cut when the client stalls or the session is deleted or
+restored). Never `docker cp` from a live container.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fastapi.responses import StreamingResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.disposition import attachment
+from runtime.api.held_response import HeldFileResponse, hold
 from runtime.api.schemas import FileEntryOut
 from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
@@ -66,15 +69,19 @@ async def list_files(session_id: str, request: Request, principal: SessionUser,
 async def download(session_id: str, path: str, request: Request, principal: SessionUser
                    ) -> StreamingResponse:
     root, rel = split_root(path)
+    services = get_services(request)
     ws = await _workspace(request, principal, session_id, root)
     try:
         reader = await asyncio.to_thread(ws.open_read, rel)
-    finally:
+    except BaseException:
         ws.close()
-    return StreamingResponse(
-        reader, media_type="application/octet-stream",
-        headers={"Content-Length": str(reader.size),
-                 "Content-Disposition": attachment(path.rsplit("/", 1)[-1]),
+        raise
+    # the file and the session's lease stay open until the response has ended (or is cut)
+    held = hold(services.reads, principal.tenant_id, session_id, ws, reader)
+    return HeldFileResponse(
+        held, send_timeout_s=services.settings.send_timeout_s,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": attachment(path.rsplit("/", 1)[-1]),
                  "X-Content-Type-Options": "nosniff"},
     )
 

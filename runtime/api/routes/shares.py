@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.disposition import attachment
+from runtime.api.held_response import HeldFileResponse, hold
 from runtime.errors import InvalidPath, NotFound, PermissionDenied
 from runtime.store.shares import ShareKind, ShareRecord, ShareStore
 from runtime.tools.builtin.image_view import sniff_image
@@ -78,14 +79,18 @@ async def download_shared(token: str, request: Request) -> StreamingResponse:
     try:
         with _gone_unless_readable():
             reader = await asyncio.to_thread(ws.open_read, share.path)
-    finally:
+        await ShareStore(services.store).count_download(share.id)
+    except BaseException:
         ws.close()
-    await ShareStore(services.store).count_download(share.id)
+        raise
+    # the file and the session's lease stay open until the response has ended (or is cut)
+    held = hold(services.reads, share.tenant_id, share.session_id, ws, reader)
     name = share.path.rsplit("/", 1)[-1]
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    return StreamingResponse(reader, media_type=media_type, headers={
-        **BASE_HEADERS, "Content-Length": str(reader.size),
-        "Content-Disposition": attachment(name), "Content-Security-Policy": LOCKED_CSP})
+    return HeldFileResponse(held, send_timeout_s=services.settings.send_timeout_s,
+                            media_type=media_type, headers={
+                                **BASE_HEADERS, "Content-Disposition": attachment(name),
+                                "Content-Security-Policy": LOCKED_CSP})
 
 
 @router.get("/v1/published/{token}", response_class=Response,

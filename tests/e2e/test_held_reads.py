@@ -1,0 +1,171 @@
+"""Stalled readers against a real `navi serve` with real loop-mounted session disks: a client
+that stops reading a download (or an anonymous shared link) cannot keep a deleted session's
+loop device and image alive (gone within 5 s of DELETE), is cut after NAVI_SEND_TIMEOUT_S,
+and a restore ends reads in flight instead of waiting for them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.workspace.disk import loop_mounts_available
+from tests.e2e.conftest import Server, start_server, stop_server
+
+POLICY = Path(__file__).parent / "policies" / "snapshots.yaml"  # 48 MiB session disks
+BIG = 32 * 1024 * 1024  # far more than loopback socket buffers hold
+SEND_TIMEOUT_S = 8
+
+pytestmark = pytest.mark.skipif(not loop_mounts_available(),
+                                reason="needs root, loop devices and mkfs.ext4")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("held"), policy=POLICY,
+                       extra_env={"NAVI_DISK_OVERCOMMIT": "1", "NAVI_EMBEDDED_MODEL": "off",
+                                  "NAVI_SEND_TIMEOUT_S": str(SEND_TIMEOUT_S)})
+    yield srv
+    stop_server(srv)
+
+
+def _session_with_big_file(server: Server) -> tuple[str, str, str]:
+    tenant, token = server.tenant_with_user()
+    with server.client(token) as user:
+        session = user.post("/v1/sessions", json={}).json()["id"]
+        resp = user.put(f"/v1/sessions/{session}/files/big.bin", content=os.urandom(BIG),
+                        headers={"Content-Type": "application/octet-stream"})
+        assert resp.status_code == 201, resp.text
+    return tenant, token, session
+
+
+def _stalled(server: Server, path: str, token: str | None = None) -> socket.socket:
+    """A client that asks for ``path``, reads the headers and a little, then stops reading."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+    head = sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200"), head[:200]
+    return sock
+
+
+def _loop_device(image: Path) -> str:
+    """The loop device backing ``image`` (``/sys/block/loopN``)."""
+    for dev in Path("/sys/block").glob("loop*"):
+        backing = dev / "loop" / "backing_file"
+        if backing.exists() and backing.read_text().strip() == str(image):
+            return str(dev)
+    raise AssertionError(f"no loop device backs {image}")
+
+
+def _attached(dev: str, image: Path) -> bool:
+    backing = Path(dev) / "loop" / "backing_file"
+    try:
+        return backing.read_text().strip().startswith(str(image))  # "<path> (deleted)"
+    except OSError:
+        return False
+
+
+def _held_by_server(server: Server, name: str) -> list[str]:
+    found = []
+    for fd in Path(f"/proc/{server.process.pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if name in target:
+            found.append(target)
+    return found
+
+
+def _gone_within(server: Server, dev: str, image: Path, limit_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if not _attached(dev, image) and not _held_by_server(server, "big.bin"):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"after {limit_s} s: loop device {dev} still backs {image} "
+                         f"or the server holds {_held_by_server(server, 'big.bin')}")
+
+
+def test_a_stalled_download_does_not_keep_a_deleted_sessions_disk(server: Server) -> None:
+    tenant, token, session = _session_with_big_file(server)
+    image = server.data_dir / "workspaces" / tenant / f"{session}.img"
+    dev = _loop_device(image)
+    sock = _stalled(server, f"/v1/sessions/{session}/files/big.bin", token)
+    try:
+        time.sleep(1.0)  # the server's send buffer fills; it now waits for the client
+        assert _held_by_server(server, "big.bin"), "the download should be in flight"
+        with server.client(token) as user:
+            assert user.delete(f"/v1/sessions/{session}").status_code == 204
+        took = _gone_within(server, dev, image, 5.0)
+        assert not image.exists()
+        print(f"loop device and file released {took:.2f} s after DELETE")
+    finally:
+        sock.close()
+
+
+def test_a_stalled_shared_link_does_not_keep_a_deleted_sessions_disk(server: Server) -> None:
+    tenant, token, session = _session_with_big_file(server)
+    with server.client(token) as user:
+        made = user.post(f"/v1/sessions/{session}/exec",
+                         json={"tool": "share_file", "args": {"path": "big.bin"}}).json()
+        assert made["ok"], made
+        url = made["metadata"]["shared"]["url"]
+    image = server.data_dir / "workspaces" / tenant / f"{session}.img"
+    dev = _loop_device(image)
+    socks = [_stalled(server, url) for _ in range(3)]  # anonymous, no token
+    try:
+        time.sleep(1.0)
+        assert len(_held_by_server(server, "big.bin")) == 3
+        with server.client(token) as user:
+            assert user.delete(f"/v1/sessions/{session}").status_code == 204
+        _gone_within(server, dev, image, 5.0)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_client_that_stops_reading_is_cut_after_the_send_timeout(server: Server) -> None:
+    _, token, session = _session_with_big_file(server)
+    sock = _stalled(server, f"/v1/sessions/{session}/files/big.bin", token)
+    try:
+        started = time.monotonic()
+        while _held_by_server(server, "big.bin") and time.monotonic() - started < 30:
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        assert not _held_by_server(server, "big.bin"), "the stalled download was never cut"
+        assert SEND_TIMEOUT_S - 1 <= took <= SEND_TIMEOUT_S + 5, took
+        with server.client(token) as user:  # the session's lease went with it: restorable
+            snap = user.post(f"/v1/sessions/{session}/snapshots", json={}).json()["id"]
+            resp = user.post(f"/v1/sessions/{session}/snapshots/{snap}/restore")
+            assert resp.status_code == 200, resp.text
+    finally:
+        sock.close()
+
+
+def test_a_restore_ends_reads_in_flight(server: Server) -> None:
+    _, token, session = _session_with_big_file(server)
+    with server.client(token) as user:
+        snap = user.post(f"/v1/sessions/{session}/snapshots", json={}).json()["id"]
+    sock = _stalled(server, f"/v1/sessions/{session}/files/big.bin", token)
+    try:
+        time.sleep(0.5)
+        with server.client(token) as user:
+            resp = user.post(f"/v1/sessions/{session}/snapshots/{snap}/restore")
+            assert resp.status_code == 200, resp.text  # not 409: the read was cut
+            assert not _held_by_server(server, "big.bin")
+            got = user.get(f"/v1/sessions/{session}/files/big.bin")
+            assert got.status_code == 200 and len(got.content) == BIG
+    finally:
+        sock.close()
+    with httpx.Client(base_url=server.url) as anyone:
+        assert anyone.get("/v1/healthz").status_code == 200
