@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from runtime import __version__, tracing
 from runtime.agent import AgentService
@@ -46,6 +46,7 @@ from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.cluster.serving import join_cluster
 from runtime.config import Settings
+from runtime.e2b import E2BServer, Sandboxes
 from runtime.errors import NaviError
 from runtime.events import EventHub, ReplayLimits
 from runtime.executor import Executor
@@ -124,6 +125,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     subagents.services = services
     reflector.services = services
     services.background.append(services.hub.start_sweeper())
+    services.background.append(asyncio.create_task(Sandboxes(services).reap_forever()))
     _release_idle_sessions(services)
     await _start_sandbox(services)
     try:
@@ -209,5 +211,6 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    profile_routes.router, snapshot_routes.router, cluster.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
+    app.router.routes.append(Mount("/e2b", app=E2BServer(lambda: app.state.services)))
     app.include_router(web_routes.router)
     return app

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # keeps one request from stalling every other (healthz within 1 s under a flood).
 MAX_BODY_BYTES = 12 * 1024 * 1024
 UPLOAD_PATH = re.compile(r"^/v1/sessions/[^/]+/files/.")
+E2B_UPLOAD_PATH = "/e2b/files"  # envd's uploads (runtime.e2b.envd_http): streamed, capped there
 
 
 class BodyLimit:
@@ -30,7 +31,8 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (scope["method"] == "PUT"
-                                       and UPLOAD_PATH.match(scope["path"])):
+                                       and UPLOAD_PATH.match(scope["path"])) or (
+                scope["method"] == "POST" and scope["path"] == E2B_UPLOAD_PATH):
             await self.app(scope, receive, send)
             return
         length = _content_length(scope)

@@ -162,6 +162,31 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX sessions_by_node ON sessions(node)",
         ),
     ),
+    Migration(
+        8,
+        "e2b: sandboxes made through /e2b and their access tokens",  # runtime.e2b.store
+        (
+            """CREATE TABLE e2b_sandboxes (
+                session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                template TEXT NOT NULL,
+                metadata TEXT NOT NULL DEFAULT '{}',
+                envs TEXT NOT NULL DEFAULT '{}',
+                started_at REAL NOT NULL,
+                end_at REAL NOT NULL
+            )""",
+            "CREATE INDEX e2b_sandboxes_by_tenant ON e2b_sandboxes(tenant_id, started_at)",
+            "CREATE INDEX e2b_sandboxes_by_end ON e2b_sandboxes(end_at)",
+            """CREATE TABLE e2b_tokens (
+                token_hash TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,  -- outlives its sandbox: "not running", not 401
+                key_id TEXT NOT NULL REFERENCES tokens(id) ON DELETE CASCADE,
+                kind TEXT NOT NULL CHECK (kind IN ('envd', 'traffic')),
+                created_at REAL NOT NULL
+            )""",
+            "CREATE INDEX e2b_tokens_by_session ON e2b_tokens(session_id)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -70,8 +70,9 @@ class Server:
 
 def start_server(tmp: Path, policy: Path | None = None,
                  extra_env: dict[str, str] | None = None,
-                 launcher: str = "runtime.cli") -> Server:
-    """`launcher`: the module run as `python -m` (tests/fakes/faulty_serve injects faults)."""
+                 launcher: str = "runtime.cli", ready_s: float = 30) -> Server:
+    """`launcher`: the module run as `python -m` (tests/fakes/faulty_serve injects faults);
+    `ready_s`: how long it may take to answer /v1/healthz."""
     port = free_port()
     admin_token = "navi_admin_" + secrets.token_urlsafe(24)
     data_dir = tmp / "data"
@@ -87,7 +88,7 @@ def start_server(tmp: Path, policy: Path | None = None,
     log_file = log_path.open("wb")
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log_file.close()

@@ -1,0 +1,241 @@
+"""The real E2B SDK (sync, `e2b` 2.63 from PyPI) against a real `navi serve` on loopback,
+configured only by E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY (docs/e2b.md).
+
+Control side (create, list, info, timeout, connect, kill), files (write, read, list,
+exists, get_info, rename, make_dir, remove), the access-token rules, tenant isolation and
+what Navi does not offer. Commands and the code interpreter are in
+test_e2b_commands.py (they need the Docker engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import (
+    AuthenticationException,
+    FileNotFoundException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+)
+from e2b.sandbox.filesystem.filesystem import FileType
+
+from tests.e2e.conftest import Server, start_server, stop_server
+
+E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+
+
+@pytest.fixture(scope="module")
+def navi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("e2b"),
+                       extra_env={"NAVI_EMBEDDED_MODEL": "off"}, ready_s=120)
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def tenant(navi: Server) -> tuple[str, str]:
+    return navi.tenant_with_user()
+
+
+@pytest.fixture
+def e2b_env(navi: Server, tenant: tuple[str, str]) -> Iterator[str]:
+    """The three variables, as a user sets them (nothing else configures the SDK)."""
+    saved = {k: os.environ.get(k) for k in E2B_VARS}
+    os.environ["E2B_API_URL"] = f"{navi.url}/e2b"
+    os.environ["E2B_SANDBOX_URL"] = f"{navi.url}/e2b"
+    os.environ["E2B_API_KEY"] = tenant[1]
+    try:
+        yield tenant[1]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _audit(navi: Server, tenant_id: str) -> list[dict[str, object]]:
+    with navi.client(navi.admin_token) as admin:
+        resp = admin.get("/v1/audit", params={"tenant": tenant_id, "limit": 10000})
+        resp.raise_for_status()
+        return list(resp.json())
+
+
+def test_lifecycle_create_info_list_timeout_connect_kill(
+        navi: Server, tenant: tuple[str, str], e2b_env: str) -> None:
+    sbx = Sandbox.create(metadata={"purpose": "test"}, envs={"GREETING": "hi"})
+    try:
+        assert sbx.is_running()
+        info = sbx.get_info()
+        assert info.sandbox_id == sbx.sandbox_id and info.template_id == "base"
+        assert info.metadata == {"purpose": "test"}
+        # a Navi session of the key's tenant
+        with navi.client(e2b_env) as api:
+            assert api.get(f"/v1/sessions/{sbx.sandbox_id}").status_code == 200
+        listed = Sandbox.list().next_items()
+        assert sbx.sandbox_id in [s.sandbox_id for s in listed]
+        sbx.set_timeout(120)
+        end = sbx.get_info().end_at.timestamp()
+        assert 100 < end - time.time() <= 121
+        again = Sandbox.connect(sbx.sandbox_id)
+        again.files.write("hello.txt", "from a second client")
+        assert sbx.files.read("/home/user/hello.txt") == "from a second client"
+    finally:
+        sbx.kill()
+    assert not sbx.is_running()
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sbx.sandbox_id)
+    with navi.client(e2b_env) as api:
+        assert api.get(f"/v1/sessions/{sbx.sandbox_id}").status_code == 404
+    actions = [(r.get("action"), r.get("object")) for r in _audit(navi, tenant[0])]
+    assert ("session.create", sbx.sandbox_id) in actions
+    assert ("session.delete", sbx.sandbox_id) in actions
+
+
+def test_v1_sessions_are_not_sandboxes(navi: Server, e2b_env: str) -> None:
+    with navi.client(e2b_env) as api:
+        session = api.post("/v1/sessions", json={}).json()["id"]
+    assert session not in [s.sandbox_id for s in Sandbox.list().next_items()]
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(session)
+    Sandbox.kill(session)  # returns False, deletes nothing
+    with navi.client(e2b_env) as api:
+        assert api.get(f"/v1/sessions/{session}").status_code == 200
+
+
+def test_the_timeout_deletes_the_sandbox_audited(navi: Server, tenant: tuple[str, str],
+                                                 e2b_env: str) -> None:
+    sbx = Sandbox.create(timeout=2)
+    deadline = time.monotonic() + 15
+    while sbx.is_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not sbx.is_running()
+    records = [r for r in _audit(navi, tenant[0]) if r.get("action") == "session.delete"
+               and r.get("object") == sbx.sandbox_id]
+    assert records and records[-1].get("detail") == "reason timeout", records
+
+
+def test_files(e2b_env: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        info = sbx.files.write("/home/user/notes/a.txt", "alpha")
+        assert info.path == "/home/user/notes/a.txt"
+        sbx.files.write_files([{"path": "b.bin", "data": b"\x00\x01"},
+                               {"path": "/tmp/c.txt", "data": "in tmp"}])
+        assert sbx.files.read("notes/a.txt") == "alpha"
+        assert bytes(sbx.files.read("/home/user/b.bin", format="bytes")) == b"\x00\x01"
+        assert sbx.files.read("/tmp/c.txt") == "in tmp"
+        names = {(e.name, e.type) for e in sbx.files.list("/home/user")}
+        assert ("notes", FileType.DIR) in names and ("b.bin", FileType.FILE) in names
+        deep = {e.path for e in sbx.files.list("/home/user", depth=2)}
+        assert "/home/user/notes/a.txt" in deep
+        assert sbx.files.exists("/home/user/notes/a.txt")
+        assert not sbx.files.exists("/home/user/nope")
+        got = sbx.files.get_info("/home/user/notes/a.txt")
+        assert got.size == 5 and got.type == FileType.FILE
+        assert sbx.files.make_dir("/home/user/empty") is True
+        assert sbx.files.make_dir("/home/user/empty") is False
+        assert sbx.files.get_info("/home/user/empty").type == FileType.DIR
+        moved = sbx.files.rename("/home/user/notes/a.txt", "/home/user/notes/z.txt")
+        assert moved.path == "/home/user/notes/z.txt"
+        assert not sbx.files.exists("/home/user/notes/a.txt")
+        sbx.files.remove("/home/user/notes")
+        assert not sbx.files.exists("/home/user/notes/z.txt")
+        with pytest.raises(FileNotFoundException):
+            sbx.files.read("/home/user/notes/z.txt")
+        with pytest.raises((FileNotFoundException, NotFoundException)):
+            sbx.files.read("/etc/passwd")  # only /home/user and /tmp are the session's
+        with pytest.raises(SandboxException):
+            sbx.files.read("/home/user/../../etc/passwd")
+    finally:
+        sbx.kill()
+
+
+def test_wrong_key_is_the_sdks_authentication_error(e2b_env: str) -> None:
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="navi_not_a_token")
+
+
+def test_an_auditor_key_is_refused(navi: Server, tenant: tuple[str, str],
+                                   e2b_env: str) -> None:
+    auditor = navi.token_for(tenant[0], "auditor")
+    with pytest.raises(SandboxException, match="auditor"):
+        Sandbox.create(api_key=auditor)
+
+
+def test_another_tenants_sandbox_is_not_found(navi: Server, e2b_env: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        _, other_key = navi.tenant_with_user()
+        with pytest.raises(NotFoundException):
+            Sandbox.get_info(sbx.sandbox_id, api_key=other_key)
+        with pytest.raises(NotFoundException):
+            Sandbox.connect(sbx.sandbox_id, api_key=other_key)
+        assert sbx.sandbox_id not in [
+            s.sandbox_id for s in Sandbox.list(api_key=other_key).next_items()]
+        Sandbox.kill(sbx.sandbox_id, api_key=other_key)
+        assert sbx.is_running()
+    finally:
+        sbx.kill()
+
+
+def test_the_sandbox_side_needs_its_own_access_token(navi: Server, e2b_env: str) -> None:
+    first, second = Sandbox.create(), Sandbox.create()
+    try:
+        first.files.write("secret.txt", "mine")
+        base = f"{navi.url}/e2b/files"
+        params = {"path": "/home/user/secret.txt"}
+        own = {"E2b-Sandbox-Id": first.sandbox_id, "E2b-Sandbox-Port": "49983"}
+        assert httpx.get(base, params=params, headers=own).status_code == 401
+        wrong = {**own, "X-Access-Token": second._envd_access_token or ""}
+        assert httpx.get(base, params=params, headers=wrong).status_code == 401
+        key = {**own, "X-API-KEY": e2b_env}  # the API key is not a sandbox token
+        assert httpx.get(base, params=params, headers=key).status_code == 401
+        right = {**own, "X-Access-Token": first._envd_access_token or ""}
+        assert httpx.get(base, params=params, headers=right).text == "mine"
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_sandbox_calls_stop_when_the_key_is_revoked(navi: Server, tenant: tuple[str, str],
+                                                    e2b_env: str) -> None:
+    with navi.client(navi.admin_token) as admin:
+        made = admin.post(f"/v1/tenants/{tenant[0]}/tokens", json={"role": "user"}).json()
+    sbx = Sandbox.create(api_key=made["token"])
+    sbx.files.write("x.txt", "1")
+    with navi.client(navi.admin_token) as admin:
+        assert admin.delete(f"/v1/tenants/{tenant[0]}/tokens/{made['id']}").status_code == 204
+    with pytest.raises(AuthenticationException):
+        sbx.files.read("x.txt")
+    again = Sandbox.connect(sbx.sandbox_id)  # the tenant's live key may take it over
+    assert again.files.read("x.txt") == "1"
+    again.kill()
+
+
+def test_unsupported_features_say_so(e2b_env: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="not offered"):
+            sbx.pause()
+        with pytest.raises(SandboxException, match="not offered"):
+            sbx.files.watch_dir("/home/user")
+        with pytest.raises(SandboxException, match="template"):
+            Sandbox.create(template="my-custom-template")
+    finally:
+        sbx.kill()
+
+
+def test_errors_are_e2bs_format(navi: Server, e2b_env: str) -> None:
+    resp = httpx.get(f"{navi.url}/e2b/sandboxes/nope", headers={"X-API-KEY": e2b_env})
+    assert resp.status_code == 404
+    body = resp.json()
+    assert body["code"] == 404 and isinstance(body["message"], str), json.dumps(body)
+    resp = httpx.post(f"{navi.url}/e2b/v2/sandboxes", json={"templateID": 7},
+                      headers={"X-API-KEY": e2b_env})
+    assert resp.status_code == 400 and resp.json()["code"] == 400
