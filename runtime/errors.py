@@ -3,7 +3,8 @@
     NaviError
     ├── ConfigError                 bad settings or policy file
     ├── InvalidInput                bad arguments from a caller (400/422)
-    │   └── InvalidPath             a workspace path that is unsafe or not allowed
+    │   ├── InvalidPath             a workspace path that is unsafe or not allowed
+    │   └── Unprocessable           well-formed but not acceptable here (422)
     ├── PayloadTooLarge             upload or disk limit (413)
     │   └── DiskQuotaExceeded       a session's or tenant's disk quota (413 disk_quota)
     ├── DiskFull                    the server's data disk has no room (507)
@@ -55,6 +56,12 @@ class InvalidInput(NaviError):
 
 class InvalidPath(InvalidInput):
     code = "invalid_path"
+
+
+class Unprocessable(InvalidInput):
+    """A well-formed value this state cannot take (e.g. an answer not among the options)."""
+
+    code = "invalid_request"
 
 
 class PayloadTooLarge(NaviError):

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from runtime import __version__, tracing
 from runtime.agent import AgentService
@@ -34,6 +34,7 @@ from runtime.api.routes import (
 )
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import profiles as profile_routes
+from runtime.api.routes import questions as question_routes
 from runtime.api.routes import (
     secrets as secret_routes,
 )
@@ -46,7 +47,6 @@ from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.cluster.serving import join_cluster
 from runtime.config import Settings
-from runtime.e2b import E2BServer, Sandboxes
 from runtime.errors import NaviError
 from runtime.events import EventHub, ReplayLimits
 from runtime.executor import Executor
@@ -54,6 +54,7 @@ from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
+from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.images import image_ref
@@ -99,13 +100,15 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             refusals=RefusalLimiter(burst=settings.refusal_burst,
                                                     rate=settings.refusal_rate))
         hub = EventHub(ReplayLimits.from_settings(settings))
+        questions = QuestionBroker(hub, settings.question_timeout_s)
         subagents = SubAgents()  # bound to the services below, once they exist
         reflector = Reflector()
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
                             search_url=settings.search_url,
                             profiles=SessionProfiles(policy, store, executor, hub),
                             subagents=subagents, tenant_disk=workspaces,
-                            shares=ShareStore(store), reviewer=reflector)
+                            shares=ShareStore(store), reviewer=reflector,
+                            questions=questions)
         copies = tools.user_tools.store
         workspaces.count_also = copies.objects.tenant_bytes  # in the tenants' disk quotas
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
@@ -121,11 +124,10 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, nodes=nodes, agent=agent,
-                        metrics=metrics, hub=hub, secrets=secrets)
+                        metrics=metrics, hub=hub, secrets=secrets, questions=questions)
     subagents.services = services
     reflector.services = services
     services.background.append(services.hub.start_sweeper())
-    services.background.append(asyncio.create_task(Sandboxes(services).reap_forever()))
     _release_idle_sessions(services)
     await _start_sandbox(services)
     try:
@@ -208,9 +210,9 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
     for router in (health.router, admin.router, sessions.router, exec.router, files.router,
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router, share_routes.router,
-                   profile_routes.router, snapshot_routes.router, cluster.router):
+                   profile_routes.router, snapshot_routes.router, cluster.router,
+                   question_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
-    app.router.routes.append(Mount("/e2b", app=E2BServer(lambda: app.state.services)))
     app.include_router(web_routes.router)
     return app

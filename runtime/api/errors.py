@@ -22,6 +22,7 @@ log = get_logger(__name__)
 
 STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.InvalidPath, 400),
+    (errors.Unprocessable, 422),
     (errors.InvalidInput, 400),
     (errors.PayloadTooLarge, 413),
     (errors.DiskFull, 507),

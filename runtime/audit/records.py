@@ -33,6 +33,7 @@ StateChange = Literal[
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
     "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
     "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork",
+    "question.ask", "question.answer", "memory.section", "plan.enter", "plan.exit",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]
 MAX_TEXT = 2000

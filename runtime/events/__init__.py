@@ -16,6 +16,8 @@ from runtime.events.models import (
     LinkRef,
     Notice,
     ProfileChanged,
+    QuestionAnswered,
+    QuestionAsked,
     Resync,
     SessionEvent,
     StopReason,
@@ -34,7 +36,8 @@ from runtime.events.replay import ReplayLimits
 
 __all__ = [
     "NESTED_TURN", "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event",
-    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProfileChanged", "ReplayLimits",
+    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProfileChanged", "QuestionAnswered",
+    "QuestionAsked", "ReplayLimits",
     "Resync", "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd",
     "StreamStart", "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent",
     "ToolResultEvent", "Usage", "link_refs",

@@ -12,8 +12,8 @@ and what the replay accounts for, so what the server holds is what it counts.
 
 While a sub-agent runs (`NESTED_TURN` set, for its task and what it starts), what it and its
 calls publish goes out wrapped as `subagent` events naming the parent's call, so a client
-never mistakes its `stream_end` for the parent's; approvals stay top-level (a human answers
-them where they always appear).
+never mistakes its `stream_end` for the parent's; approvals and questions stay top-level (a
+human answers them where they always appear).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from runtime.events.replay import (
 SUBSCRIBER_QUEUE = 4096
 NESTED_TURN: ContextVar[tuple[str, str] | None] = ContextVar("navi_nested_turn", default=None)
 """(the parent's spawn_agent call id, the sub-agent's turn id) while a sub-agent runs."""
-UNNESTED = frozenset({"approval_required", "approval_decided"})
+UNNESTED = frozenset({"approval_required", "approval_decided", "question",
+                      "question_answered"})
 MIN_SWEEP_S = 0.05
 
 

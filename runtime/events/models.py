@@ -263,6 +263,28 @@ class SubAgentEvent(SessionEvent):
     event: dict[str, JsonValue]
 
 
+class QuestionAsked(SessionEvent):
+    """The agent asks its user (`ask_user`); answer with `POST .../questions/{question_id}`."""
+
+    type: Literal["question"] = "question"
+    question_id: str
+    question: str
+    options: list[str] | None = None
+    turn_id: str | None = None
+    expires_at: float | None = None
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"turn_id"})
+
+
+class QuestionAnswered(SessionEvent):
+    """A question ended: `answered`, `expired` or `cancelled` (its turn ended first)."""
+
+    type: Literal["question_answered"] = "question_answered"
+    question_id: str
+    status: str
+    turn_id: str | None = None
+    OMIT_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"turn_id"})
+
+
 class Resync(SessionEvent):
     """Sent to a resuming reader first when events it asked for were already dropped."""
 
@@ -272,7 +294,8 @@ class Resync(SessionEvent):
 
 AnyEvent = (StreamStart | ThinkingDelta | ThinkingEnd | StreamDelta | StreamEnd | Notice
             | ErrorEvent | ToolCallEvent | ToolResultEvent | ExecOutput | ApprovalRequired
-            | ApprovalDecided | ProfileChanged | SubAgentEvent | Resync)
+            | ApprovalDecided | ProfileChanged | SubAgentEvent | QuestionAsked
+            | QuestionAnswered | Resync)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ GROUPS: dict[str, frozenset[str]] = {
     "group:meta": frozenset(
         {"list_tools", "tool_manual", "image_view", "write_tool", "test_tool", "reload_tools",
          "delete_tool", "list_profiles", "switch_profile", "spawn_agent", "mcp_status",
-         "content_publish", "reflect"}
+         "content_publish", "reflect", "ask_user", "enter_plan_mode", "exit_plan_mode"}
     ),
 }
 USER_TOOLS_GROUP = "group:user_tools"

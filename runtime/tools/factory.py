@@ -36,6 +36,7 @@ from runtime.tools.builtin import (
     WebSearchTool,
     WebViewTool,
 )
+from runtime.tools.builtin.ask_user import Asker, AskUserTool
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
 from runtime.tools.builtin.spawn import SubAgentRunner
@@ -87,10 +88,12 @@ def build_tools(
     tenant_disk: TenantDisk | None = None,
     shares: ShareStore | None = None,
     reviewer: Reviewer | None = None,
+    questions: Asker | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`;
     `tenant_disk` keeps the tenant disk quota user tools' copies count in; `shares` keeps
-    the links of `share_file`/`content_publish`, `reviewer` answers `reflect`."""
+    the links of `share_file`/`content_publish`, `reviewer` answers `reflect`, `questions`
+    carries `ask_user`'s questions to the session's user."""
     data_dir = Path(data_dir)
     memory = MemoryStore.in_data_dir(data_dir)
     notes = NotesStore.in_data_dir(data_dir)
@@ -139,6 +142,7 @@ def build_tools(
         ShareFileTool(shares, share_quota),
         ContentPublishTool(shares, share_quota),
         ReflectTool(reviewer),
+        AskUserTool(questions),
     ]
     for tool in tools:
         registry.register(tool)
