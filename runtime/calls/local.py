@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime.workspace import Workspace
+from runtime.workspace.tmpdir import Root
 
 
 class WorkspaceDir:
@@ -22,8 +23,11 @@ class WorkspaceDir:
     def verify(self, tenant_id: str, session_id: str) -> Path | None:
         return self.path
 
-    def open(self, tenant_id: str, session_id: str) -> Workspace | None:
-        return None if self.path is None else Workspace.at(self.path)
+    def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
+             ) -> Workspace | None:
+        if self.path is None or root != "workspace":
+            return None  # no persistent /tmp here
+        return Workspace.at(self.path)
 
     def tmp_path(self, tenant_id: str, session_id: str) -> Path | None:
         return None  # `navi exec`: a fresh tmpfs at /tmp for each call

@@ -149,9 +149,10 @@ class NodeAgent:
 
     async def files(self, tenant_id: str, session_id: str, root: Root, op: str,
                     *args: Any, **kwargs: Any) -> Any:
-        """One file operation (stat, list, usage_bytes, mkdir, delete, move) on a freshly
-        opened workspace, closed again."""
-        if op not in ("stat", "list", "usage_bytes", "mkdir", "delete", "move"):
+        """One file operation (stat, list, usage_bytes, mkdir, delete, move, and the
+        searches grep, glob, tree) on a freshly opened workspace, closed again."""
+        if op not in ("stat", "list", "usage_bytes", "mkdir", "delete", "move", "grep", "glob",
+                      "tree"):
             return Failed("InvalidInput", f"no file operation {op!r}")
 
         def run() -> Any:

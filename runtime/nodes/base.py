@@ -13,6 +13,7 @@ from typing import Protocol
 
 from runtime.sandbox.backend import SandboxBackend
 from runtime.workspace.models import FileEntry, FileStat
+from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult
 from runtime.workspace.tmpdir import Root
 
 LOCAL = "local"  # the node id of this process's own engine and disks (no cluster)
@@ -77,6 +78,16 @@ class OpenFiles(Protocol):
     def delete(self, path: str) -> None: ...
 
     def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileStat: ...
+
+    def grep(self, pattern: str, path: str = "", *, glob: str | None = None,
+             ignore_case: bool = False, max_results: int = 100,
+             limits: SearchLimits | None = None) -> GrepResult: ...
+
+    def glob(self, pattern: str, path: str = "", *, max_results: int = 500,
+             limits: SearchLimits | None = None) -> GlobResult: ...
+
+    def tree(self, path: str = "", *, depth: int = 3, max_entries: int = 1000,
+             limits: SearchLimits | None = None) -> TreeResult: ...
 
     def close(self) -> None: ...
 

@@ -45,6 +45,7 @@ from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
 from runtime.store.ids import check_session_id, check_tenant_id
 from runtime.workspace.disk import WORKSPACE
 from runtime.workspace.models import FileEntry, FileStat
+from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult
 from runtime.workspace.tmpdir import TMP, Root
 
 T = TypeVar("T")
@@ -240,6 +241,25 @@ class RemoteFiles:
     def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileStat:
         moved: FileStat = self._op("move", src, dst, overwrite=overwrite)
         return moved
+
+    def grep(self, pattern: str, path: str = "", *, glob: str | None = None,
+             ignore_case: bool = False, max_results: int = 100,
+             limits: SearchLimits | None = None) -> GrepResult:
+        found: GrepResult = self._op("grep", pattern, path, glob=glob, ignore_case=ignore_case,
+                                     max_results=max_results, limits=limits)
+        return found
+
+    def glob(self, pattern: str, path: str = "", *, max_results: int = 500,
+             limits: SearchLimits | None = None) -> GlobResult:
+        found: GlobResult = self._op("glob", pattern, path, max_results=max_results,
+                                     limits=limits)
+        return found
+
+    def tree(self, path: str = "", *, depth: int = 3, max_entries: int = 1000,
+             limits: SearchLimits | None = None) -> TreeResult:
+        found: TreeResult = self._op("tree", path, depth=depth, max_entries=max_entries,
+                                     limits=limits)
+        return found
 
     def open_read(self, path: str, *, max_bytes: int | None = None) -> RemoteReader:
         stream: Any = self._link.actor.read.options(

@@ -34,7 +34,8 @@ from runtime.policy.limits_spec import Strict
 
 GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
-    "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file"}),
+    "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file",
+                           "grep", "glob", "tree"}),
     "group:web": frozenset({"http_request", "web_view", "web_search"}),
     "group:remote": frozenset({"ssh_exec"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),

@@ -16,6 +16,7 @@ directly and validate against their own JSON schema (see `runtime.tools.user`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
@@ -124,7 +125,9 @@ class ToolContext:
     - `workspace`: the session's files on its node (`runtime.nodes.OpenFiles`: locally
       the `runtime.workspace.Workspace`; host-side file access);
       `workspace_path`: its host directory, mounted as the sandbox's working directory;
-      `tmp_path`: the session's tmp directory, mounted at /tmp with it (None: a tmpfs).
+      `tmp_path`: the session's tmp directory, mounted at /tmp with it (None: a tmpfs);
+      `open_tmp`: opens that directory's files like `workspace` (the caller closes them;
+      None: the call has no persistent /tmp).
     - `executor`: the `runtime.executor.Executor`; every sandboxed run and every policy
       check of a tool that runs no code goes through it (so denials are audited).
     - `on_output`: receives live output chunks of a sandboxed run.
@@ -140,6 +143,7 @@ class ToolContext:
     workspace: OpenFiles | None = None
     workspace_path: Path | None = None
     tmp_path: Path | None = None
+    open_tmp: Callable[[], OpenFiles | None] | None = None
     executor: Executor | None = None
     on_output: OutputCallback | None = None
     timeout_s: float | None = None

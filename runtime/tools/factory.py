@@ -39,6 +39,7 @@ from runtime.tools.builtin import (
 from runtime.tools.builtin.ask_user import Asker, AskUserTool
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
+from runtime.tools.builtin.search import GlobTool, GrepTool, TreeTool
 from runtime.tools.builtin.spawn import SubAgentRunner
 from runtime.tools.cad import Model3DTool, Render3DTool, ScadLintTool
 from runtime.tools.manuals import DEFAULT_MANUALS_DIR, ManualLibrary
@@ -117,6 +118,9 @@ def build_tools(
         TerminalTool(),
         FilesystemTool(),
         EditFileTool(),
+        GrepTool(),
+        GlobTool(),
+        TreeTool(),
         ReadDocumentTool(),
         TodoTool(notes),
         ScratchpadTool(notes),

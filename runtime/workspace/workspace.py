@@ -24,7 +24,17 @@ from runtime.workspace.actas import as_owner
 from runtime.workspace.fs import DIR_FLAGS, READ_FLAGS, Resolver, classify, raise_mapped
 from runtime.workspace.models import FileEntry, FileStat, WorkspaceLimits
 from runtime.workspace.paths import join_parts, split_path
+from runtime.workspace.patterns import Glob, LinePattern
 from runtime.workspace.scan import ScanLimitExceeded, walk
+from runtime.workspace.search import (
+    GlobResult,
+    GrepResult,
+    SearchLimits,
+    TreeResult,
+    glob_paths,
+    grep,
+    tree,
+)
 from runtime.workspace.streams import AtomicWriter, FileReader, check_replaceable
 
 
@@ -184,6 +194,59 @@ class Workspace:
             st = os.fstatvfs(self._live().root_fd)
             return st.f_bavail * st.f_frsize
         return max(0, self.limits.max_disk_bytes - (self.usage_bytes() - replaced))
+
+    # -- searching (read-only, bounded: runtime.workspace.search) ------------------------------
+
+    @as_owner
+    def grep(self, pattern: str, path: str = "", *, glob: str | None = None,
+             ignore_case: bool = False, max_results: int = 100,
+             limits: SearchLimits | None = None) -> GrepResult:
+        """Lines matching the RE2 ``pattern`` in the file ``path`` or the files under it
+        (``glob`` filters their names)."""
+        compiled = LinePattern.compile(pattern, ignore_case=ignore_case)
+        matcher = Glob.compile(glob) if glob else None
+        limits = limits or SearchLimits()
+        parts = split_path(path, allow_root=True)
+        shown = join_parts(parts)
+        kind = self.stat(shown).kind
+        if kind == "dir":
+            fd = self._open(parts, shown, DIR_FLAGS)
+            single = None
+        else:
+            fd = self._open_parent(parts, shown, create=False)
+            single = parts[-1]
+        try:
+            return grep(self._resolver, fd, shown, compiled, glob=matcher,
+                        max_results=max_results, limits=limits, single=single)
+        finally:
+            os.close(fd)
+
+    @as_owner
+    def glob(self, pattern: str, path: str = "", *, max_results: int = 500,
+             limits: SearchLimits | None = None) -> GlobResult:
+        """Regular files under the directory ``path`` whose path matches the glob."""
+        matcher = Glob.compile(pattern)
+        parts = split_path(path, allow_root=True)
+        shown = join_parts(parts)
+        fd = self._open(parts, shown, DIR_FLAGS)
+        try:
+            return glob_paths(self._resolver, fd, shown, matcher, max_results=max_results,
+                              limits=limits or SearchLimits())
+        finally:
+            os.close(fd)
+
+    @as_owner
+    def tree(self, path: str = "", *, depth: int = 3, max_entries: int = 1000,
+             limits: SearchLimits | None = None) -> TreeResult:
+        """Directories and regular files under the directory ``path``, ``depth`` levels."""
+        parts = split_path(path, allow_root=True)
+        shown = join_parts(parts)
+        fd = self._open(parts, shown, DIR_FLAGS)
+        try:
+            return tree(self._resolver, fd, shown, depth=depth, max_entries=max_entries,
+                        limits=limits or SearchLimits())
+        finally:
+            os.close(fd)
 
     # -- writing -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from runtime.metrics import Metrics
 from runtime.sandbox.backend import OutputCallback
 from runtime.tools import ToolContext, ToolRegistry, ToolResult
 from runtime.workspace import Workspace
+from runtime.workspace.tmpdir import Root
 
 
 class ContextFiles:
@@ -32,8 +33,13 @@ class ContextFiles:
     def verify(self, tenant_id: str, session_id: str) -> Path | None:
         return self.ctx.workspace_path
 
-    def open(self, tenant_id: str, session_id: str) -> Workspace | None:
+    def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
+             ) -> Workspace | None:
         ws = self.ctx.workspace
+        if root == "tmp":  # the context's tmp directory, as the workspace's uid acts
+            acting = ws.acting if isinstance(ws, Workspace) else None
+            tmp = self.ctx.tmp_path
+            return None if tmp is None else Workspace.at(tmp, acting=acting)
         if ws is None:
             return Workspace.at(self.ctx.workspace_path) if self.ctx.workspace_path else None
         return Workspace(os.dup(ws._root_fd), limits=ws.limits, owner=ws.owner,
