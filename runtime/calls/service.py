@@ -14,7 +14,7 @@ event) unless the caller announced it itself (`CallRequest.announced`: the agent
 call its model made); every announced call gets exactly one `tool_result`. Errors
 propagate as `NaviError`s after they are counted and, for an announced call, reported; the
 caller maps them (HTTP status, a tool error the model reads). The result's `execution` is
-the typed run behind it (`Execution`: DESIGN's exec result fields, `ok` decided once),
+the typed run behind it (`Execution`: the exec result's fields, `ok` decided once),
 never rebuilt from `metadata`.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,7 +39,6 @@ from runtime.sandbox.backend import OutputCallback
 from runtime.tools.base import CallOrigin, Tool, ToolContext, ToolResult
 from runtime.tools.event_args import event_args
 from runtime.tools.registry import ToolRegistry
-from runtime.workspace.tmpdir import Root
 
 TOOL_NAME_SHOWN = 200
 
@@ -52,8 +50,7 @@ class SessionFiles(Protocol):
 
     def verify(self, tenant_id: str, session_id: str) -> Path | None: ...
 
-    def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
-             ) -> OpenFiles | None: ...
+    def open(self, tenant_id: str, session_id: str) -> OpenFiles | None: ...
 
     def tmp_path(self, tenant_id: str, session_id: str) -> Path | None: ...
 
@@ -178,7 +175,6 @@ class SessionToolCall:
                                             tool)
         ctx = ToolContext(subject=subject, workspace=prep.workspace,
                           workspace_path=prep.path, tmp_path=prep.tmp,
-                          open_tmp=self._tmp_opener(subject, prep.tmp),
                           executor=self.executor,
                           on_output=self.output_to(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
@@ -217,13 +213,6 @@ class SessionToolCall:
     def _files(self, subject: Subject) -> SessionFiles:
         where = self.workspaces
         return where(subject.node) if callable(where) else where
-
-    def _tmp_opener(self, subject: Subject, tmp: Path | None
-                    ) -> Callable[[], OpenFiles | None] | None:
-        """How a tool opens the session's /tmp through the safe layer (None: it has none)."""
-        if tmp is None:
-            return None
-        return partial(self._files(subject).open, subject.tenant, subject.session, root="tmp")
 
     def _prepare(self, subject: Subject, request: CallRequest, tool: Tool) -> _Prepared:
         files = self._files(subject)

@@ -25,7 +25,7 @@ only list a declared MCP server's tools (allow ``mcp_servers.<name>``), under th
 Secrets follow code, not names: a user tool's grant only with a matching `tool_hash`, an MCP
 server's tool only as that server's call, a built-in never (the loader refuses such files).
 
-Limits: DESIGN defaults -> `defaults.limits` -> profile `limits` -> per-tool `limits` (the
+Limits: ``Limits`` defaults -> `defaults.limits` -> profile `limits` -> per-tool `limits` (the
 server policy is the admin's: it may raise within the hard bounds of ``Limits``); overlays
 then take the minimum. A requested ``timeout_s`` is clamped to `max_timeout_s` (300 unless
 lowered) and the Decision's ``limits.timeout_s`` is the timeout to use.

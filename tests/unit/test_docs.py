@@ -31,3 +31,14 @@ def test_docs_name_no_setting_that_does_not_exist() -> None:
 def test_readme_starts_with_the_two_commands() -> None:
     head = README[: README.index("## Setting up")]
     assert "make run" in head and "make test" in head
+
+
+def test_no_code_points_to_a_design_document_outside_the_repository() -> None:
+    """A docstring says the fact, or names the docs/ page that holds it."""
+    word = re.compile(r"(?<![A-Z_])" + "DES" + r"IGN(?![A-Z_])")  # not spelled out: not found here
+    pointing = [f"{path.relative_to(ROOT)}:{n}"
+                for folder in ("runtime", "tests", "bench")
+                for path in sorted((ROOT / folder).rglob("*.py"))
+                for n, line in enumerate(path.read_text().splitlines(), 1)
+                if word.search(line)]
+    assert pointing == []

@@ -379,7 +379,7 @@ class DockerBackend:
     def _cgroup_parent(self, tenant: str) -> str | None:
         """Each tenant's containers under a cgroup of the tenant's own: CPU is then shared
         between tenants (equal weights), not between containers, so one tenant running its
-        maximum cannot take the CPU from another's calls (DESIGN: fair share)."""
+        maximum cannot take the CPU from another's calls (fair share: docs/security.md)."""
         if not self.config.tenant_cgroups or not re.fullmatch(r"[A-Za-z0-9_.-]{1,48}", tenant):
             return None
         if self._cgroup_driver == "systemd":
