@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +40,7 @@ from runtime.sandbox.backend import OutputCallback
 from runtime.tools.base import CallOrigin, Tool, ToolContext, ToolResult
 from runtime.tools.event_args import event_args
 from runtime.tools.registry import ToolRegistry
+from runtime.workspace.tmpdir import Root
 
 TOOL_NAME_SHOWN = 200
 
@@ -50,7 +52,8 @@ class SessionFiles(Protocol):
 
     def verify(self, tenant_id: str, session_id: str) -> Path | None: ...
 
-    def open(self, tenant_id: str, session_id: str) -> OpenFiles | None: ...
+    def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
+             ) -> OpenFiles | None: ...
 
     def tmp_path(self, tenant_id: str, session_id: str) -> Path | None: ...
 
@@ -175,6 +178,7 @@ class SessionToolCall:
                                             tool)
         ctx = ToolContext(subject=subject, workspace=prep.workspace,
                           workspace_path=prep.path, tmp_path=prep.tmp,
+                          open_tmp=self._tmp_opener(subject, prep.tmp),
                           executor=self.executor,
                           on_output=self.output_to(bus, request.exec_id),
                           timeout_s=request.timeout_s, exec_id=request.exec_id,
@@ -213,6 +217,13 @@ class SessionToolCall:
     def _files(self, subject: Subject) -> SessionFiles:
         where = self.workspaces
         return where(subject.node) if callable(where) else where
+
+    def _tmp_opener(self, subject: Subject, tmp: Path | None
+                    ) -> Callable[[], OpenFiles | None] | None:
+        """How a tool opens the session's /tmp through the safe layer (None: it has none)."""
+        if tmp is None:
+            return None
+        return partial(self._files(subject).open, subject.tenant, subject.session, root="tmp")
 
     def _prepare(self, subject: Subject, request: CallRequest, tool: Tool) -> _Prepared:
         files = self._files(subject)
