@@ -18,7 +18,8 @@
     │   └── SessionBusy             a call or file operation holds the session (409 session_busy)
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
     │   ├── DiskQuotaBusy           the tenant's quota is held by sessions in use (429 disk_quota)
-    │   └── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
+    │   ├── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
+    │   └── ChangeRateExceeded      too many allowed changes (429 change_rate; a refusal)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
     ├── LLMError                    the model server answered badly (502)
@@ -135,6 +136,12 @@ class RefusalRateExceeded(QuotaExceeded):
     """A tenant past its rate of refused calls: this refusal is answered, not recorded."""
 
     code = "refusal_rate"
+
+
+class ChangeRateExceeded(QuotaExceeded):
+    """A tenant past its rate of allowed state changes (writes, snapshots, shares...)."""
+
+    code = "change_rate"
 
 
 class AuditUnavailable(NaviError):

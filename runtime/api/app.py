@@ -43,6 +43,7 @@ from runtime.api.routes import snapshots as snapshot_routes
 from runtime.api.routes import tools as tool_routes
 from runtime.api.routes import web as web_routes
 from runtime.api.services import Services
+from runtime.audit.changes import ChangeLimiter
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
 from runtime.cluster.serving import join_cluster
@@ -98,7 +99,9 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             resolve_image=lambda name: image_ref(name, settings),
                             secrets=secrets,
                             refusals=RefusalLimiter(burst=settings.refusal_burst,
-                                                    rate=settings.refusal_rate))
+                                                    rate=settings.refusal_rate),
+                            changes=ChangeLimiter(burst=settings.change_burst,
+                                                  rate=settings.change_rate))
         hub = EventHub(ReplayLimits.from_settings(settings))
         questions = QuestionBroker(hub, settings.question_timeout_s)
         subagents = SubAgents()  # bound to the services below, once they exist

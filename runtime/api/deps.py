@@ -107,3 +107,16 @@ async def _session_of_caller(session_id: str, request: Request, principal: Sessi
 
 # Resolved before a (streaming) response starts, so a foreign session is a real 404.
 CallerSession = Annotated[SessionRecord, Depends(_session_of_caller)]
+
+
+async def _change_allowed(request: Request, principal: SessionUser) -> None:
+    """Hold the caller's state change to its tenant's change rate (429 ``change_rate``,
+    recorded as a refusal); for routes whose change is not recorded by ``record_action``."""
+    session = request.path_params.get("session_id", "none")
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    await get_services(request).executor.meter_change(
+        actor(principal, principal.tenant_id, str(session)), f"{request.method} {route}")
+
+
+# A route parameter `_: ChangeAllowed` meters the route's change (once per request).
+ChangeAllowed = Annotated[None, Depends(_change_allowed)]

@@ -8,15 +8,18 @@ is `runtime.executor.recorder`. This module puts them in order and keeps the pub
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from runtime import tracing
+from runtime.audit.changes import ChangeLimiter
 from runtime.audit.records import AuditEntry, StateChange
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
+from runtime.errors import ChangeRateExceeded, RefusalRateExceeded
 from runtime.executor.admission import Admission
 from runtime.executor.outcome import (
     Approver,
@@ -35,19 +38,26 @@ from runtime.sandbox.backend import OutputCallback, SandboxBackend
 
 log = get_logger("runtime.executor")
 
+# state changes a tenant makes at will, each an fsync'd record: held to its change rate
+METERED: frozenset[str] = frozenset({
+    "file.write", "file.delete", "file.move", "file.share", "file.publish", "share.revoke",
+    "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork",
+    "process.start", "process.signal", "process.input"})
+
 
 class Executor:
     def __init__(
         self, *, engine: PolicyEngine, backend: SandboxBackend, audit: AuditLog,
         resolve_image: Callable[[str], str], approver: Approver | None = None,
         quotas: QuotaTracker | None = None, secrets: SecretSource | None = None,
-        refusals: RefusalLimiter | None = None,
+        refusals: RefusalLimiter | None = None, changes: ChangeLimiter | None = None,
     ) -> None:
         self.engine = engine
         self.backend = backend
         self.audit = audit
         self.resolve_image = resolve_image
         self.quotas = quotas or QuotaTracker()
+        self.changes = changes or ChangeLimiter()
         self.admission = Admission(engine=engine, audit=audit, approver=approver,
                                    quotas=self.quotas, refusals=refusals or RefusalLimiter())
         self.recorder = Recorder(backend=backend, audit=audit, resolve_image=resolve_image,
@@ -138,13 +148,32 @@ class Executor:
         what is touched: a path, a token id, a session id, a tool name (pass its content
         hash as ``tool_hash``), an approval id. ``detail`` is a short free-text note (the
         tenant's name, the decision taken, a move's target).
+        A tenant's changes of the kinds in ``METERED`` are first held to its change rate
+        (``meter_change``).
         """
+        if action in METERED:
+            await self.meter_change(subject, action)
         record = await self.audit.append(AuditEntry(
             kind="action", action=action, object=obj, tenant=subject.tenant,
             user=subject.user, session=subject.session, tool=tool, tool_hash=tool_hash,
             decision="allow", rule=rule, detail=detail))
         log.info("action_recorded", action=action, object=obj, audit_seq=record.seq)
         return record.seq
+
+    async def meter_change(self, subject: Subject, what: str) -> None:
+        """Hold an allowed state change (``what``: e.g. ``file.write``, ``kernel.exec``) to
+        the tenant's change rate: past it, a refusal is recorded (rule
+        ``limits.change_rate``; itself under the refusal rate) and ``ChangeRateExceeded``
+        raised (429 ``change_rate``). Call before recording or applying the change."""
+        try:
+            self.changes.take(subject.tenant)
+        except ChangeRateExceeded as exc:
+            with contextlib.suppress(RefusalRateExceeded):  # then the 429 goes unrecorded
+                await self.admission.refused(AuditEntry(
+                    kind="denied", decision="deny", rule="limits.change_rate",
+                    reason=exc.message, tenant=subject.tenant, user=subject.user,
+                    session=subject.session, tool=what, node=subject.node))
+            raise
 
     # -- cancellation -------------------------------------------------------------------------
 

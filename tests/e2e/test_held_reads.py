@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(not loop_mounts_available(),
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("held"), policy=POLICY,
                        extra_env={"NAVI_DISK_OVERCOMMIT": "1", "NAVI_EMBEDDED_MODEL": "off",
-                                  "NAVI_SEND_TIMEOUT_S": str(SEND_TIMEOUT_S)})
+                                  "NAVI_SEND_TIMEOUT_S": str(SEND_TIMEOUT_S)}, ready_s=120)
     yield srv
     stop_server(srv)
 
