@@ -23,6 +23,14 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address `navi serve` binds to.")
     port: int = Field(8000, ge=1, le=65535, description="Port `navi serve` listens on.")
+    preview_port: int | None = Field(
+        None, ge=1, le=65535, description="Port of the preview origin (session ports' preview "
+        "links, each at http://<link>.localhost:<port>/); default the API's port + 1, or a free "
+        "port (logged) when that one is taken.")
+    preview_url: str | None = Field(
+        None, description="Preview links' URL template with `{link}` (e.g. "
+        "https://{link}.preview.example.org/) when a reverse proxy with a wildcard name serves "
+        "the preview origin; never the API's origin.")
     admin_token: SecretStr | None = Field(
         None, description="Bootstrap admin bearer token (16+ characters); unset: one is made "
         "once into `<data_dir>/admin-token`."
@@ -142,7 +150,8 @@ class Settings(BaseSettings):
         "by the token in <data_dir>/keys/cluster-token (unset: one machine).")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
-                     "persona", "search_url", "otel_endpoint", "cluster", mode="before")
+                     "persona", "search_url", "otel_endpoint", "cluster", "preview_url",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -22,6 +22,7 @@
     │   └── ChangeRateExceeded      too many allowed changes (429 change_rate; a refusal)
     ├── AuditUnavailable            audit store not writable: nothing runs (503)
     ├── AuditIntegrityError         the chain does not verify
+    ├── PortUnreachable             nothing listens on a session's declared port (502)
     ├── LLMError                    the model server answered badly (502)
     │   └── LLMUnavailable          no model server answered (503)
     ├── SandboxError                the sandbox broke (not: the user's program failed)
@@ -150,6 +151,12 @@ class AuditUnavailable(NaviError):
 
 class AuditIntegrityError(NaviError):
     code = "audit_integrity"
+
+
+class PortUnreachable(NaviError):
+    """A session's declared port has no listener yet (or its process's relay is down)."""
+
+    code = "port_unreachable"
 
 
 class LLMError(NaviError):

@@ -55,6 +55,7 @@ from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
+from runtime.ports.service import PortsService, token_checker
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
@@ -130,6 +131,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         metrics=metrics, hub=hub, secrets=secrets, questions=questions)
     subagents.services = services
     reflector.services = services
+    await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
     _release_idle_sessions(services)
     await _start_sandbox(services)
@@ -158,6 +160,22 @@ def _release_idle_sessions(services: Services) -> None:
     if isinstance(services.backend, DockerBackend):  # no warm refill for a released disk
         services.backend.may_launch = workspaces.may_launch
     services.background.append(asyncio.create_task(release_idle(workspaces)))
+
+
+async def _start_ports(services: Services) -> None:
+    """Session ports (the relay broker, the proxy) and the preview origin's listener."""
+    settings = services.settings
+    ports = PortsService(settings.data_dir / "ports", token_alive=token_checker(
+        services.store.get_token))
+    try:
+        await ports.start(host=settings.host, api_port=settings.port,
+                          preview_port=settings.preview_port, preview_url=settings.preview_url)
+    except BaseException:
+        await ports.close()
+        await services.close()
+        raise
+    services.ports = ports
+    services.executor.recorder.for_call = ports.hub.for_call
 
 
 async def _start_sandbox(services: Services) -> None:

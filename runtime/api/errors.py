@@ -40,6 +40,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.NaviError], int]] = [
     (errors.SandboxError, 500),
     (errors.LLMUnavailable, 503),
     (errors.LLMError, 502),
+    (errors.PortUnreachable, 502),
     (errors.ConfigError, 500),
 ]
 

@@ -37,6 +37,7 @@ from runtime.workspace.held_reads import HeldReads
 if TYPE_CHECKING:
     from runtime.agent.service import AgentService
     from runtime.cluster.plane import ClusterPlane
+    from runtime.ports.service import PortsService
     from runtime.sessions.principal import Principal
     from runtime.store.secrets import SecretStore
 
@@ -72,6 +73,7 @@ class Services:
     agent: AgentService | None = None  # the agent loop's turns
     secrets: SecretStore | None = None  # tenants' secrets for tools
     cluster: ClusterPlane | None = None  # NAVI_CLUSTER: the execution nodes
+    ports: PortsService | None = None  # session ports, their proxy and preview origin
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -170,6 +172,9 @@ class Services:
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 await self.cluster.close()
+        if self.ports is not None:
+            with contextlib.suppress(Exception):
+                await self.ports.close()
         self.hub.close()
         self.verifier.close()
         for closer in (self.tools.close, self.backend.close, self._close_workspaces,

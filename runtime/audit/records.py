@@ -32,7 +32,7 @@ StateChange = Literal[
     "file.move", "tool.write", "tool.delete", "tool.reload", "token.create", "token.revoke",
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
     "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
-    "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork",
+    "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork", "port.link",
     "question.ask", "question.answer", "memory.section", "plan.enter", "plan.exit",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]

@@ -59,6 +59,8 @@ class Recorder:
         self.resolve_image = resolve_image
         self.secrets = secrets
         self.running: dict[str, str] = {}  # exec_id -> session
+        # the session's running ports, listened on in the call's container (runtime.ports)
+        self.for_call: Callable[[str, Invocation], Invocation] | None = None
         self.killed: dict[str, str] = {}  # exec_id -> why
 
     async def run(
@@ -80,6 +82,8 @@ class Recorder:
             raw = value.encode("utf-8")
             stdin = b"%d\n" % len(raw) + raw + stdin
             held += [value] if value else []
+        if self.for_call is not None and subject.node == "local":
+            invocation = self.for_call(subject.session, invocation)
         request = ExecRequest(
             **{**{name: getattr(invocation, name) for name in Invocation.model_fields},
                "env": {**invocation.env, **secret_env}, "stdin": stdin},
