@@ -29,7 +29,9 @@ from runtime.e2b.envd import process_pb as pb
 from runtime.e2b.envd.process_connect import ProcessASGIApplication
 from runtime.e2b.errors import connect_error
 from runtime.e2b.paths import HOME
+from runtime.e2b.store import SandboxStore
 from runtime.errors import NaviError
+from runtime.policy.decision import Subject
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
@@ -90,7 +92,8 @@ def command_of(config: pb.ProcessConfig) -> str:
 
 
 def navi_cwd(cwd: str | None) -> str:
-    """E2B's cwd (`/home/user` by default) as the process containers see it."""
+    """E2B's cwd (`/home/user` by default) in Navi's terms (the same directory, named
+    under /workspace: the process service takes cwds there or under /tmp)."""
     if not cwd or cwd == "~":
         cwd = HOME
     if cwd == HOME or cwd.startswith(HOME + "/"):
@@ -261,6 +264,28 @@ class ProcessService:
                            ctx: RequestContext[Any, Any]) -> pb.StreamInputResponse:
         raise ConnectError(Code.UNIMPLEMENTED, "streamed input is not offered by Navi's E2B "
                            "API: use commands.send_stdin()")
+
+
+def add_home_mount(services: Services) -> None:
+    """Processes of an E2B sandbox see its workspace at /home/user too (where E2B code
+    expects its files), beside /workspace; a launch hook of Navi's process service."""
+    from runtime.processes.launch import LaunchExtras
+    from runtime.sandbox.docker.spec import BindMount
+
+    processes = getattr(services, "processes", None)
+    if processes is None:  # a server without background processes
+        return
+    store = SandboxStore(services.store)
+
+    async def hook(_info: Any, subject: Subject) -> LaunchExtras | None:
+        if await store.get(subject.tenant, subject.session) is None:
+            return None
+        node = services.nodes.get(subject.node)
+        workspace = await asyncio.to_thread(node.verify, subject.tenant, subject.session)
+        return LaunchExtras(mounts=(BindMount(source=str(workspace), target=HOME,
+                                              read_only=False),))
+
+    processes.launch_hooks.append(hook)
 
 
 def process_app(services: Callable[[], Services]) -> ProcessASGIApplication:

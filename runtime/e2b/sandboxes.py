@@ -182,6 +182,11 @@ class Sandboxes:
         return ended
 
     async def reap_forever(self, every_s: float = REAP_EVERY_S) -> None:
+        """The timeout reaper (a background task of the app); it also hooks the process
+        service once, so sandboxes' commands see /home/user."""
+        from runtime.e2b.process import add_home_mount
+
+        add_home_mount(self.services)
         while True:
             try:
                 await self.reap_once()
