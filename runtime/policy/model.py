@@ -35,7 +35,7 @@ from runtime.policy.limits_spec import Strict
 GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal"}),
     "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file",
-                           "grep", "glob", "tree"}),
+                           "grep", "glob", "tree", "notebook_read", "notebook_edit"}),
     "group:web": frozenset({"http_request", "web_view", "web_search"}),
     "group:remote": frozenset({"ssh_exec"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),

@@ -1,10 +1,12 @@
 """The file tools an agent without code execution has, through a real turn: a real `navi
 serve` and the scripted fake model drive the `secretary` profile (the default policy denies
 it every exec tool), which surveys and searches the session's files and /tmp with `tree`,
-`glob` and `grep`. No container runs: each answer comes from the workspace layer."""
+`glob` and `grep`, and reads and edits a notebook. No container runs: each answer comes
+from the workspace layer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,3 +79,30 @@ def test_the_secretary_searches_files_without_a_container(
     assert grep_outputs[1].startswith("/tmp/scratch/todo.txt:1: TODO: tmp item\n")
     assert all(r.get("exit_code") is None for r in done.values())  # no sandboxed run
     assert events[-1]["content"] == "Pay the rent."
+
+
+def test_the_secretary_reads_and_edits_a_notebook(server: Server, ollama: FakeOllama) -> None:
+    _, user = server.tenant_with_user()
+    session = new_session(server, user, profile="secretary")
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [{"id": "c1", "cell_type": "code", "metadata": {}, "source": "x = 41",
+                     "outputs": [], "execution_count": None}]}
+    upload(server, user, session, {"calc.ipynb": json.dumps(nb)})
+    events = turn(
+        server, ollama, user, session, "fix the notebook",
+        Reply(calls=[Call("notebook_read", {"path": "calc.ipynb"})]),
+        Reply(calls=[Call("notebook_edit", {"path": "calc.ipynb", "cell": 0,
+                                            "action": "replace", "source": "x = 42"})]),
+        Reply(calls=[Call("notebook_edit", {"path": "calc.ipynb", "cell": 0,
+                                            "action": "insert", "source": "# The answer",
+                                            "cell_type": "markdown"})]),
+        Reply(content="Fixed."))
+    done = [e for e in events if e["type"] == "tool_result"]
+    assert [e["success"] for e in done] == [True, True, True], done
+    assert "--- cell 0 (code)\nx = 41" in done[0]["output"]
+    assert done[2]["output"] == "inserted cell 1 (markdown); calc.ipynb now has 2 cells"
+    with server.client(user) as client:
+        saved = client.get(f"/v1/sessions/{session}/files/calc.ipynb")
+    cells = json.loads(saved.content)["cells"]
+    assert [(c["cell_type"], "".join(c["source"])) for c in cells] == [("code", "x = 42"),
+                                                                      ("markdown", "# The answer")]

@@ -7,6 +7,7 @@ from runtime.tools.builtin.filesystem import FilesystemTool
 from runtime.tools.builtin.image_view import ImageViewTool
 from runtime.tools.builtin.memory import MemoryTool
 from runtime.tools.builtin.meta import ListToolsTool, ToolManualTool
+from runtime.tools.builtin.notebook import NotebookEditTool, NotebookReadTool
 from runtime.tools.builtin.notes import ScratchpadTool, TodoTool
 from runtime.tools.builtin.profiles import ListProfilesTool, SwitchProfileTool
 from runtime.tools.builtin.reflect import ReflectTool
@@ -25,6 +26,8 @@ __all__ = [
     "ListProfilesTool",
     "ListToolsTool",
     "MemoryTool",
+    "NotebookEditTool",
+    "NotebookReadTool",
     "ReadDocumentTool",
     "ReflectTool",
     "ScratchpadTool",

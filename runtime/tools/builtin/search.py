@@ -10,62 +10,17 @@ bounded in entries, bytes and time, RE2 patterns that cannot backtrack). They ch
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from pydantic import Field
 
-from runtime.errors import InvalidInput
-from runtime.nodes.base import OpenFiles
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.tools.builtin.places import PATH_HELP, place
 from runtime.workspace.search import SearchEnd
-from runtime.workspace.tmpdir import TMP_PREFIX, Root, split_root
 
 MAX_GREP_RESULTS = 500
 GLOB_RESULTS = 500
 TREE_ENTRIES = 500
 TREE_MAX_DEPTH = 8
-_PATH_HELP = ("where to look: workspace-relative (default: the whole workspace), or under "
-              "/tmp (the session's /tmp)")
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a search runs: the files of the workspace or of /tmp, and how paths show."""
-
-    files: OpenFiles
-    root: Root
-    rel: str
-
-    def shown(self, path: str) -> str:
-        return TMP_PREFIX + path if self.root == "tmp" else path
-
-
-@contextlib.asynccontextmanager
-async def place(ctx: ToolContext, path: str) -> AsyncIterator[Place]:
-    """Open where ``path`` points: the workspace (``""``, ``.``, ``/workspace/...`` or a
-    relative path) or /tmp (``/tmp/...``); closes what it opened."""
-    path = path.strip()
-    if path in (".", "./", "/workspace", "/workspace/"):
-        path = ""
-    elif path.startswith("/workspace/"):
-        path = path[len("/workspace/"):]
-    elif path.startswith("./"):
-        path = path[2:]
-    root, rel = split_root(path)
-    if root == "workspace":
-        if ctx.workspace is None:
-            raise InvalidInput("this call has no session workspace")
-        yield Place(ctx.workspace, root, rel)
-        return
-    tmp = await asyncio.to_thread(ctx.open_tmp) if ctx.open_tmp is not None else None
-    if tmp is None:
-        raise InvalidInput("this call has no persistent /tmp to search")
-    try:
-        yield Place(tmp, root, rel)
-    finally:
-        tmp.close()
 
 
 def ending(end: SearchEnd, what: str) -> str:
@@ -93,7 +48,8 @@ class GrepParams(ToolParams):
     pattern: str = Field(min_length=1, max_length=1000,
                          description="regular expression (RE2 syntax: no back-references "
                                      "or look-around), matched against each line")
-    path: str = Field("", max_length=1100, description=_PATH_HELP + "; a file or a directory")
+    path: str = Field("", max_length=1100,
+                      description=f"where to look (a file or a directory), {PATH_HELP}")
     glob: str | None = Field(None, max_length=1000,
                              description="only files matching this glob, e.g. *.py or "
                                          "src/**/*.ts")
@@ -132,7 +88,7 @@ class GlobParams(ToolParams):
     pattern: str = Field(min_length=1, max_length=1000,
                          description="glob: `*.py` (a name at any depth), `src/**/*.ts` (a "
                                      "path), `**` any directories, `*` `?` `[abc]` in a name")
-    path: str = Field("", max_length=1100, description=_PATH_HELP + "; a directory")
+    path: str = Field("", max_length=1100, description="the directory, " + PATH_HELP)
 
 
 class GlobTool(BuiltinTool[GlobParams]):
@@ -156,7 +112,7 @@ class GlobTool(BuiltinTool[GlobParams]):
 
 
 class TreeParams(ToolParams):
-    path: str = Field("", max_length=1100, description=_PATH_HELP + "; a directory")
+    path: str = Field("", max_length=1100, description="the directory, " + PATH_HELP)
     depth: int = Field(3, ge=1, le=TREE_MAX_DEPTH, description="how many levels to show")
 
 
