@@ -121,6 +121,7 @@ async def execute(request: Request, body: ExecuteBody) -> StreamingResponse:
                            "(os.environ) or as the sandbox's envs for commands")
     kernel = _context(request, caller, body.context_id)
     subject = await caller.subject()
+    await caller.services.executor.meter_change(subject, "e2b.execute")
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     async def on_output(chunk: Any) -> None:
@@ -177,6 +178,7 @@ async def create_context(request: Request, body: ContextBody) -> dict[str, str]:
     _check_language(body.language)
     if body.cwd and body.cwd.rstrip("/") != HOME:
         raise InvalidInput(f"a context's cwd is {HOME} (the session's workspace) in Navi")
+    await caller.services.executor.meter_change(await caller.subject(), "e2b.context")
     context_id = secrets.token_hex(8)
     entry = {**_shown(context_id), "kernel": f"ctx-{context_id}"}
     _contexts(request).setdefault(caller.session.id, {})[context_id] = entry

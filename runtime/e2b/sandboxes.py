@@ -85,6 +85,7 @@ class Sandboxes:
                            f"{', '.join(TEMPLATES)}")
         metadata = _check_map("metadata", body.metadata, MAX_METADATA)
         envs = _check_map("envVars", body.envVars, MAX_ENVS)
+        await self._meter(principal, None, "e2b.create")
         session = await open_session(self.services, principal,
                                      title=f"E2B sandbox ({body.templateID})")
         started = time.time()
@@ -98,6 +99,13 @@ class Sandboxes:
                 await end_session(self.services, session)
             raise
         return await self._handout(principal, record)
+
+    async def _meter(self, principal: Principal, sandbox_id: str | None, what: str) -> None:
+        """What arrives through /e2b is held to the tenant's change rate (429 past it)."""
+        session = None if sandbox_id is None else await self.services.store.get_session(
+            principal.tenant_id, sandbox_id)
+        subject = await subject_for(self.services, principal, session)
+        await self.services.executor.meter_change(subject, what)
 
     async def _handout(self, principal: Principal, record: SandboxRecord) -> dict[str, Any]:
         """The create/connect answer: fresh access tokens bound to this key."""
@@ -116,12 +124,14 @@ class Sandboxes:
     async def connect(self, principal: Principal, sandbox_id: str, timeout: int
                       ) -> dict[str, Any]:
         record = await self.get(principal, sandbox_id)
+        await self._meter(principal, sandbox_id, "e2b.connect")
         end_at = max(record.end_at, time.time() + timeout)
         await self.store.set_end(sandbox_id, end_at)
         return await self._handout(principal, record.model_copy(update={"end_at": end_at}))
 
     async def set_timeout(self, principal: Principal, sandbox_id: str, timeout: int) -> None:
         await self.get(principal, sandbox_id)
+        await self._meter(principal, sandbox_id, "e2b.timeout")
         await self.store.set_end(sandbox_id, time.time() + timeout)
 
     async def kill(self, principal: Principal, sandbox_id: str) -> None:
@@ -130,6 +140,7 @@ class Sandboxes:
         if session is None:
             raise NotFound(f"sandbox {sandbox_id} not found")
         subject = await subject_for(self.services, principal, session)
+        await self.services.executor.meter_change(subject, "e2b.kill")
         await self.services.executor.record_action(subject, "session.delete", sandbox_id,
                                                    rule=f"roles.{principal.role}",
                                                    detail="e2b kill")
