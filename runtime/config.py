@@ -61,6 +61,15 @@ class Settings(BaseSettings):
     approval_timeout_s: float = Field(
         300.0, gt=0, description="Seconds a policy `ask` waits for a human before it is denied."
     )
+    question_timeout_s: float = Field(
+        600.0, gt=0, description="Seconds an agent's `ask_user` question waits for an answer "
+        "before the tool reports that none came.")
+    model_blacklist_s: float = Field(
+        300.0, ge=0, description="Seconds a model of an agent profile's `models` list is "
+        "skipped after it failed before streaming (not found, 5xx, timeout).")
+    public_url: str | None = Field(
+        None, description="The API's externally visible base URL (e.g. https://navi.example.org):"
+        " told to the agent in its system prompt and used to build links.")
     log_format: Literal["console", "json"] = Field(
         "console", description="Log renderer: `console` or `json` (tracebacks plain in both, "
         "never frame locals; tokens and secret values scrubbed).")
@@ -151,7 +160,7 @@ class Settings(BaseSettings):
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
                      "persona", "search_url", "otel_endpoint", "cluster", "preview_url",
-                     mode="before")
+                     "public_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

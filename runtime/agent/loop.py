@@ -31,7 +31,7 @@ from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore
 from runtime.agent.llm import types as llm
 from runtime.agent.profiles import AgentProfile
-from runtime.agent.prompt import annotate, system_prompt
+from runtime.agent.prompt import Situation, annotate, system_prompt
 from runtime.agent.token_check import check_token
 from runtime.agent.tool_runner import Stalled, ToolRunner
 from runtime.agent.turn_snapshots import TurnSnapshots
@@ -41,6 +41,7 @@ from runtime.events import Notice as NoticeEvent
 from runtime.events import Usage as EventUsage
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
+from runtime.tools.builtin.memory import section_scope
 
 log = get_logger(__name__)
 
@@ -81,6 +82,7 @@ class Turn:
         self.partial = ""
         self._live: list[str] = []
         self.runner: ToolRunner | None = None
+        self.offered_names: list[str] = []
         service = getattr(setup.services, "snapshots", None)
         self.checkpoint = (TurnSnapshots(service, setup.services, lambda: self.s.subject,
                                          setup.turn_id, events.emit)
@@ -162,7 +164,24 @@ class Turn:
         self.runner = ToolRunner(s.services.calls, s.subject, self.events,
                                  {t.name: t.group for t in offered}, s.profile.stall_repeats,
                                  self.checkpoint.before_call if self.checkpoint else None)
-        return tools, system_prompt(s.profile, s.persona, [t.name for t in offered])
+        self.offered_names = [t.name for t in offered]
+        return tools, await self._system()
+
+    async def _system(self) -> str:
+        """The system prompt as of now: the date and time and the memory sections are read
+        again before every model call."""
+        s = self.s
+        agent = getattr(s.services, "agent", None)
+        settings = getattr(agent, "settings", None)
+        memory = getattr(getattr(s.services, "tools", None), "memory", None)
+        sections: dict[str, str] = {}
+        if memory is not None:
+            sections = await memory.sections(s.subject.tenant, {
+                name: section_scope(name, s.subject.user, s.subject.session)
+                for name in ("user_profile", "project")})
+        situation = Situation(public_url=getattr(settings, "public_url", None),
+                              sections=sections)
+        return system_prompt(s.profile, s.persona, self.offered_names, situation)
 
     async def _follow_profile(self) -> bool:
         """After a step: did the session move to another profile (`switch_profile`)? Then
@@ -191,6 +210,8 @@ class Turn:
         for iteration in range(1, s.profile.max_iterations + 1):
             self.iterations = self.events.iteration = iteration
             await check_token(s.services.store, s.subject)
+            if iteration > 1:
+                system = await self._system()
             messages = await builder.build(system, tools, images, functools.partial(
                 annotate, profile=s.profile, iteration=iteration, goal=s.content,
                 failed_calls=failed))

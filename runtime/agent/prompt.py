@@ -8,9 +8,16 @@
 - goal anchoring: the same note restates the user's request, so a long tool chain does not
   drift from it.
 The notes are added to the copy sent to the model, never stored.
+
+The system prompt also says what the model cannot know by itself (`Situation`): the current
+date and time, the server's public address (`NAVI_PUBLIC_URL`) and the memory sections
+`user_profile` and `project`; it is rebuilt before every model call, so they stay current.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from runtime.agent.caps import clip
 from runtime.agent.llm.types import ChatMessage
@@ -21,7 +28,32 @@ VALIDATION_NOTE = ("[navi] This step did not succeed. Read the error, fix the ca
                    "not repeat the same call unchanged.")
 
 
-def system_prompt(profile: AgentProfile, persona: str | None, tool_names: list[str]) -> str:
+SECTION_TITLES = {"user_profile": "About the user (memory section user_profile)",
+                  "project": "About this project (memory section project)"}
+
+
+@dataclass
+class Situation:
+    """What the prompt says about now and here."""
+
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    public_url: str | None = None
+    sections: dict[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        lines = ["Current date and time: " + self.now.strftime("%A, %Y-%m-%d %H:%M %Z").strip()]
+        if self.public_url:
+            lines.append(f"This Navi server's public address: {self.public_url}")
+        parts = ["\n".join(lines)]
+        for name, title in SECTION_TITLES.items():
+            text = self.sections.get(name, "").strip()
+            if text:
+                parts.append(f"{title}:\n{text}")
+        return "\n\n".join(parts)
+
+
+def system_prompt(profile: AgentProfile, persona: str | None, tool_names: list[str],
+                  situation: Situation | None = None) -> str:
     parts = [persona.strip()] if persona else []
     parts.append(profile.system_prompt.strip())
     mechanics = profile.thinking
@@ -41,6 +73,12 @@ def system_prompt(profile: AgentProfile, persona: str | None, tool_names: list[s
         parts.append("Tools available in this session: " + ", ".join(tool_names) + ".")
     else:
         parts.append("No tools are available in this session; answer directly.")
+    if situation is not None:
+        parts.append(situation.text())
+        if "memory" in tool_names:
+            parts.append("When you learn something lasting about the user or this project, "
+                         "keep it with memory {action: \"update_section\", section: "
+                         "\"user_profile\" or \"project\", text}.")
     return "\n\n".join(parts)
 
 

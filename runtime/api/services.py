@@ -26,6 +26,7 @@ from runtime.metrics import Metrics
 from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
+from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sessions.snapshots import SessionSnapshots
 from runtime.store import Store
@@ -73,6 +74,7 @@ class Services:
     agent: AgentService | None = None  # the agent loop's turns
     secrets: SecretStore | None = None  # tenants' secrets for tools
     cluster: ClusterPlane | None = None  # NAVI_CLUSTER: the execution nodes
+    questions: QuestionBroker | None = None  # the agent's `ask_user` questions
     ports: PortsService | None = None  # session ports, their proxy and preview origin
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from runtime.tools.sqlite_file import SqliteFile
 
 MAX_CONTENT_CHARS = 16 * 1024
 MAX_MEMORIES_PER_TENANT = 10_000
+MAX_SECTION_BYTES = 4 * 1024
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 _SCHEMA = """
@@ -40,6 +41,14 @@ CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
     INSERT INTO memories_fts(memories_fts, rowid, content, tags)
     VALUES ('delete', old.id, old.content, old.tags);
 END;
+CREATE TABLE IF NOT EXISTS memory_sections (
+    tenant TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    section TEXT NOT NULL,
+    content TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, scope, section)
+);
 """
 
 
@@ -52,7 +61,9 @@ def fts_query(text: str, max_terms: int = 32) -> str | None:
 
 
 class MemoryStore(SqliteFile):
-    """save / search / forget, scoped by tenant. `open()` before use, `close()` at shutdown."""
+    """save / search / forget, scoped by tenant; and the sections every prompt carries
+    (`set_section`, `sections`: one text per scope and name, e.g. `token:<id>`'s
+    `user_profile`, `session:<id>`'s `project`). `open()` before use, `close()` at shutdown."""
 
     SCHEMA = _SCHEMA
 
@@ -121,3 +132,40 @@ class MemoryStore(SqliteFile):
         async with db.execute("SELECT COUNT(*) FROM memories WHERE tenant = ?", (tenant,)) as cur:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
+
+    async def set_section(self, tenant: str, scope: str, section: str, content: str) -> None:
+        """Replace a section's text (empty: remove it); at most `MAX_SECTION_BYTES`."""
+        content = content.strip()
+        if len(content.encode()) > MAX_SECTION_BYTES:
+            raise InvalidInput(f"a memory section holds at most {MAX_SECTION_BYTES} bytes")
+        db = await self._conn()
+        if content:
+            await db.execute(
+                "INSERT INTO memory_sections (tenant, scope, section, content, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, scope, section) DO UPDATE SET "
+                "content = excluded.content, updated_at = excluded.updated_at",
+                (tenant, scope, section, content, time.time()))
+        else:
+            await db.execute("DELETE FROM memory_sections WHERE tenant = ? AND scope = ? AND "
+                             "section = ?", (tenant, scope, section))
+        await db.commit()
+
+    async def sections(self, tenant: str, scopes: dict[str, str]) -> dict[str, str]:
+        """`{section: text}` for each `section -> scope` asked (absent when empty)."""
+        db = await self._conn()
+        out: dict[str, str] = {}
+        for section, scope in scopes.items():
+            async with db.execute(
+                    "SELECT content FROM memory_sections WHERE tenant = ? AND scope = ? AND "
+                    "section = ?", (tenant, scope, section)) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                out[section] = str(row[0])
+        return out
+
+    async def drop_scope(self, tenant: str, scope: str) -> None:
+        """Remove every section of a scope (a deleted session's `project`)."""
+        db = await self._conn()
+        await db.execute("DELETE FROM memory_sections WHERE tenant = ? AND scope = ?",
+                         (tenant, scope))
+        await db.commit()
