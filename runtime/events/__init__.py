@@ -15,9 +15,6 @@ from runtime.events.models import (
     ImageRef,
     LinkRef,
     Notice,
-    ProcessExited,
-    ProcessOutputEvent,
-    ProcessStarted,
     ProfileChanged,
     QuestionAnswered,
     QuestionAsked,
@@ -39,8 +36,7 @@ from runtime.events.replay import ReplayLimits
 
 __all__ = [
     "NESTED_TURN", "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event",
-    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProcessExited",
-    "ProcessOutputEvent", "ProcessStarted", "ProfileChanged", "QuestionAnswered",
+    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProfileChanged", "QuestionAnswered",
     "QuestionAsked", "ReplayLimits",
     "Resync", "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd",
     "StreamStart", "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent",
