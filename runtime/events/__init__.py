@@ -15,6 +15,9 @@ from runtime.events.models import (
     ImageRef,
     LinkRef,
     Notice,
+    ProcessExited,
+    ProcessOutputEvent,
+    ProcessStarted,
     ProfileChanged,
     QuestionAnswered,
     QuestionAsked,
@@ -36,7 +39,8 @@ from runtime.events.replay import ReplayLimits
 
 __all__ = [
     "NESTED_TURN", "AnyEvent", "ApprovalDecided", "ApprovalRequired", "ErrorEvent", "Event",
-    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProfileChanged", "QuestionAnswered",
+    "EventHub", "ExecOutput", "ImageRef", "LinkRef", "Notice", "ProcessExited",
+    "ProcessOutputEvent", "ProcessStarted", "ProfileChanged", "QuestionAnswered",
     "QuestionAsked", "ReplayLimits",
     "Resync", "SessionEvent", "SessionEventBus", "StopReason", "StreamDelta", "StreamEnd",
     "StreamStart", "SubAgentEvent", "ThinkingDelta", "ThinkingEnd", "ToolCallEvent",

@@ -37,7 +37,8 @@ SUBSCRIBER_QUEUE = 4096
 NESTED_TURN: ContextVar[tuple[str, str] | None] = ContextVar("navi_nested_turn", default=None)
 """(the parent's spawn_agent call id, the sub-agent's turn id) while a sub-agent runs."""
 UNNESTED = frozenset({"approval_required", "approval_decided", "question",
-                      "question_answered"})
+                      "question_answered", "process_started", "process_output",
+                      "process_exited"})  # a process belongs to the session, not a turn
 MIN_SWEEP_S = 0.05
 
 

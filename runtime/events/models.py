@@ -251,6 +251,31 @@ class ProfileChanged(SessionEvent):
     previous: str
 
 
+class ProcessStarted(SessionEvent):
+    """A background process of the session started (`process` is its public record)."""
+
+    type: Literal["process_started"] = "process_started"
+    process: dict[str, JsonValue]
+
+
+class ProcessOutputEvent(SessionEvent):
+    """Live output of a background process, coalesced: `data` is the text of the log's
+    bytes from `offset` to `next` (what was not sent live can be read from the log)."""
+
+    type: Literal["process_output"] = "process_output"
+    process_id: str
+    data: str
+    offset: int
+    next: int
+
+
+class ProcessExited(SessionEvent):
+    type: Literal["process_exited"] = "process_exited"
+    process_id: str
+    exit_code: int | None = None
+    reason: str
+
+
 class SubAgentEvent(SessionEvent):
     """An event of a sub-agent's turn (`spawn_agent`), carried inside its parent's call:
     `event` is the inner event's object (its own `type`), `parent_call` the spawn_agent call
@@ -295,7 +320,7 @@ class Resync(SessionEvent):
 AnyEvent = (StreamStart | ThinkingDelta | ThinkingEnd | StreamDelta | StreamEnd | Notice
             | ErrorEvent | ToolCallEvent | ToolResultEvent | ExecOutput | ApprovalRequired
             | ApprovalDecided | ProfileChanged | SubAgentEvent | QuestionAsked
-            | QuestionAnswered | Resync)
+            | QuestionAnswered | Resync | ProcessStarted | ProcessOutputEvent | ProcessExited)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from runtime.events.models import Event
 
 MiB = 1024 * 1024
+YIELDING = frozenset({"process_output"})
+"""Events that give way to every other kind in a session's replay (see `append`)."""
 EVENT_OVERHEAD = 288  # bytes beside the wire text: Event, its exec_id, deque slot (measured ~270)
 
 
@@ -56,6 +58,7 @@ class ReplayBuffer:
         self.budget = budget
         self._events: deque[tuple[int, Event]] = deque()  # (global order, event)
         self.bytes = 0
+        self.yielding_bytes = 0  # of which `YIELDING` events
         self.in_heap = False  # the budget's heap holds an entry for this buffer
 
     def __len__(self) -> int:
@@ -73,15 +76,30 @@ class ReplayBuffer:
 
         An event larger than the session's whole allowance is not kept (it is still sent
         live): the buffer is emptied instead, so what it holds stays one unbroken run of ids.
+
+        `YIELDING` events (a process's live output, which a tenant's program may produce
+        without end) only ever make room by dropping older events of their own kind, and
+        are the first to go when another event needs room: they never push an approval, a
+        question or a turn's events out (a reader resuming past a dropped one gets the rest
+        from the process's output log, by offset).
         """
         cost = event_cost(event)
-        if cost > self.budget.limits.session_bytes:
-            self.clear()
+        limit = self.budget.limits.session_bytes
+        yielding = event.type in YIELDING
+        if cost > limit:
+            if not yielding:
+                self.clear()
             return
+        while self.bytes + cost > limit and self.yielding_bytes and self._drop_yielding():
+            pass
+        if yielding and self.bytes + cost > limit:
+            return  # kept live only
         self._events.append((self.budget.next_order(), event))
         self.bytes += cost
+        if yielding:
+            self.yielding_bytes += cost
         self.budget.added(self, cost)
-        while self.bytes > self.budget.limits.session_bytes:
+        while self.bytes > limit:
             self.drop_oldest()
         self.budget.trim()
 
@@ -89,12 +107,28 @@ class ReplayBuffer:
         _, event = self._events.popleft()
         cost = event_cost(event)
         self.bytes -= cost
+        if event.type in YIELDING:
+            self.yielding_bytes -= cost
         self.budget.removed(cost)
+
+    def _drop_yielding(self) -> bool:
+        """Drop the oldest yielding event; False when there is none."""
+        for index, (_, event) in enumerate(self._events):
+            if event.type in YIELDING:
+                del self._events[index]
+                cost = event_cost(event)
+                self.bytes -= cost
+                self.yielding_bytes -= cost
+                self.budget.removed(cost)
+                return True
+        self.yielding_bytes = 0
+        return False
 
     def clear(self) -> None:
         self._events.clear()
         self.budget.removed(self.bytes)
         self.bytes = 0
+        self.yielding_bytes = 0
 
 
 class ReplayBudget:

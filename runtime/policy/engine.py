@@ -58,14 +58,23 @@ from runtime.policy.model import (
     TenantRule,
     ToolRule,
 )
+from runtime.policy.session_limits import SessionLimits
+from runtime.policy.session_limits import resolve as resolve_session_limits
 from runtime.sandbox.models import Limits
 
 Permission = Literal["run_tools", "read_audit", "manage"]
+RULE_OF = {"process_start": "terminal"}
+"""Tools without a rule of their own run under another's (image, limits, egress)."""
 DEFAULT_MAX_TIMEOUT_S = 300.0
 
 
+SESSION_KEYS = frozenset({"processes", "ports"})
+"""Limits of a session's background work, not of one call (``runtime.policy.session_limits``)."""
+
+
 def _spec(spec: LimitsSpec) -> dict[str, float | int | str]:
-    return {k: v for k, v in spec.model_dump().items() if v is not None}
+    return {k: v for k, v in spec.model_dump(exclude=set(SESSION_KEYS)).items()
+            if v is not None}
 
 
 def _quota_spec(spec: QuotasSpec) -> dict[str, int]:
@@ -130,6 +139,18 @@ class PolicyEngine:
             for key, value in _quota_spec(overlay.quotas).items():
                 values[key] = min(values[key], value)
         return Quotas(**values)
+
+    def session_limits(self, subject: Subject) -> SessionLimits:
+        """``limits.processes`` and ``limits.ports`` of the subject's profile, lowered by
+        its tenant's entry and overlay."""
+        overlays: list[tuple[str, TenantOverlay]] = []
+        found = self.tenant_rule(subject.policy_tenant)
+        if found is not None:
+            overlays.append((f"tenants.{found[0]}", found[1]))
+        extra = self._overlays.get(subject.policy_tenant)
+        if extra is not None:
+            overlays.append((f"overlays.{subject.policy_tenant}", extra))
+        return resolve_session_limits(self.policy, subject, overlays)
 
     @staticmethod
     def tool_group(tool: str, declared_group: str | None = None) -> str | None:
@@ -197,6 +218,8 @@ class PolicyEngine:
                                                   or _lists_for(overlay.allow, tool, group)):
                 return _deny(f"{prefix}.allow", f"{tool!r} is not in this tenant's allow list")
         tool_rule = profile.tools.get(tool)
+        if tool_rule is None and tool in RULE_OF:  # a process runs under terminal's rule
+            tool_rule = profile.tools.get(RULE_OF[tool])
         if tool == "code_exec" and tool_rule is not None and tool_rule.languages is not None:
             language = action.args.get("language")
             if language not in tool_rule.languages:
@@ -212,7 +235,8 @@ class PolicyEngine:
             return _deny(f"{ppath}.limits.allow_root", "running as root needs a profile or "
                          "tool rule with allow_root: true under runtime: gvisor")
         image = (tool_rule.image if tool_rule and tool_rule.image else None) \
-            or self.policy.images.get(tool) or (self.policy.images.get(group) if group else None)
+            or self.policy.images.get(tool) or self.policy.images.get(RULE_OF.get(tool, "")) \
+            or (self.policy.images.get(group) if group else None)
         egress: list[str] = []
         if mcp_server is not None:  # the server's own image and hosts, whatever else says
             image = mcp_server.image

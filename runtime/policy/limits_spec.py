@@ -20,6 +20,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ProcessLimitsSpec(Strict):
+    """Background work a session may keep running (``limits.processes``); unset keys
+    inherit. Overlays can only lower them."""
+
+    max_per_session: int | None = Field(None, ge=0, le=1024)
+    max_kernels_per_session: int | None = Field(None, ge=0, le=64)
+    max_agents_per_session: int | None = Field(None, ge=0, le=64)
+    max_lifetime_s: float | None = Field(None, gt=0, le=7 * 86400)
+
+
 class LimitsSpec(Strict):
     """Partial limits; unset keys inherit. Bounds are the hard bounds of ``Limits``."""
 
@@ -39,6 +49,9 @@ class LimitsSpec(Strict):
     allow_root: bool | None = Field(
         None, description="calls may ask to run as root (uid 0) in the sandbox; only with "
         "runtime: gvisor in the same block (never on runc); overlays can only take it away")
+    processes: ProcessLimitsSpec | None = Field(
+        None, description="background processes, kernels and sub-agents of a session")
+    ports: bool | None = Field(None, description="processes may declare ports (unset: no)")
 
     @model_validator(mode="after")
     def _root_only_under_gvisor(self) -> LimitsSpec:

@@ -21,6 +21,7 @@ import itertools
 import os
 import shutil
 import socket
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,11 +65,15 @@ async def splice(a: Stream, b: Stream) -> None:
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-def _quiet(handler: Handler) -> Handler:
+def _quiet(handler: Handler, conns: weakref.WeakSet[asyncio.StreamWriter] | None = None
+           ) -> Handler:
     """A connection handler whose cancellation (server shutdown) ends it quietly: Python
-    3.11's stream protocol logs a cancelled handler task as an error."""
+    3.11's stream protocol logs a cancelled handler task as an error. ``conns`` keeps every
+    accepted connection, to be cut when the broker closes."""
 
     async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if conns is not None:
+            conns.add(writer)
         try:
             await handler(reader, writer)
         except asyncio.CancelledError:
@@ -77,7 +82,9 @@ def _quiet(handler: Handler) -> Handler:
     return run
 
 
-async def bind_unix(path: Path, handler: Handler) -> asyncio.AbstractServer:
+async def bind_unix(path: Path, handler: Handler,
+                    conns: weakref.WeakSet[asyncio.StreamWriter] | None = None
+                    ) -> asyncio.AbstractServer:
     """Listen on ``path`` (0666: the sandbox uid connects through the read-only mount; the
     directories above stay private). Long paths bind through the directory's fd."""
     with contextlib.suppress(FileNotFoundError):
@@ -93,7 +100,8 @@ async def bind_unix(path: Path, handler: Handler) -> asyncio.AbstractServer:
             finally:
                 os.close(dirfd)
         os.chmod(path, 0o666)
-        return await asyncio.start_unix_server(_quiet(handler), sock=sock, limit=MAX_LINE * 4)
+        return await asyncio.start_unix_server(_quiet(handler, conns), sock=sock,
+                                               limit=MAX_LINE * 4)
     except BaseException:
         sock.close()
         raise
@@ -123,6 +131,7 @@ class SessionBroker:
         self._served: dict[str, _Served] = {}
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._conns: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()
 
     async def start(self) -> None:
         self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -130,7 +139,7 @@ class SessionBroker:
         relay = self.directory / RELAY_NAME
         shutil.copyfile(RELAY_SOURCE, relay)
         os.chmod(relay, 0o644)
-        self._server = await bind_unix(self.directory / CONNECT_SOCK, self._client)
+        self._server = await bind_unix(self.directory / CONNECT_SOCK, self._client, self._conns)
 
     def ports(self) -> dict[int, str]:
         return {port: s.process_id for s in self._served.values() for port in s.ports}
@@ -145,7 +154,7 @@ class SessionBroker:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         served = _Served(process_id, ports, directory)
         served.server = await bind_unix(directory / SERVE_SOCK,
-                                        lambda r, w: self._serve(served, r, w))
+                                        lambda r, w: self._serve(served, r, w), self._conns)
         self._served[process_id] = served
         return directory
 
@@ -256,6 +265,8 @@ class SessionBroker:
             self._server = None
         for task in list(self._tasks):
             task.cancel()
+        for writer in list(self._conns):
+            writer.close()
         with contextlib.suppress(FileNotFoundError):
             (self.directory / CONNECT_SOCK).unlink()
         if forget:

@@ -7,8 +7,8 @@ before the session exists (fail closed); the session gets a node (`Nodes.place`:
 machine without a cluster) and its disk there is admitted against the tenant's and the data
 disk's limits; a session whose disk cannot be made is removed again.
 
-Ending: its pending approvals are denied, its agent turn and runs cancelled, its warm
-containers dropped, then the record, notes, files and events go.
+Ending: its pending approvals are denied, its agent turn and runs cancelled, its background
+processes stopped, its warm containers dropped, then the record, notes, files and events go.
 """
 
 from __future__ import annotations
@@ -78,12 +78,13 @@ async def end_session(services: Services, record: SessionRecord) -> None:
         await services.agent.cancel(record.id)
     with contextlib.suppress(Exception):
         await services.executor.cancel_session(record.id)
+    with contextlib.suppress(Exception):  # its processes end `session_ended`
+        await services.processes.end_session(record.id)
     node = services.nodes.for_session(record)
     with contextlib.suppress(Exception):
         await node.backend.release_session(record.id)  # its warm containers
     await services.store.delete_session(record.tenant_id, record.id)
     await services.tools.notes.drop_session(record.tenant_id, record.id)
-    await services.tools.memory.drop_scope(record.tenant_id, f"session:{record.id}")
     services.reads.cut(record.tenant_id, record.id)  # downloads in flight hold its disk
     await asyncio.to_thread(node.remove, record.tenant_id, record.id)
     services.hub.drop(record.id)

@@ -187,6 +187,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX e2b_tokens_by_session ON e2b_tokens(session_id)",
         ),
     ),
+    Migration(
+        9,
+        "processes: a session's background processes",  # runtime.processes.records
+        (
+            """CREATE TABLE processes (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                name TEXT,
+                command TEXT NOT NULL,
+                cwd TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('running', 'exited')),
+                exit_code INTEGER,
+                reason TEXT,
+                started_at REAL NOT NULL,
+                ended_at REAL,
+                ports TEXT NOT NULL DEFAULT '[]',
+                node TEXT NOT NULL DEFAULT 'local',
+                runtime TEXT NOT NULL,
+                kind TEXT NOT NULL DEFAULT 'command',
+                container TEXT,
+                token_id TEXT,
+                token_expires_at REAL,
+                egress INTEGER NOT NULL DEFAULT 0,
+                output_bytes INTEGER NOT NULL DEFAULT 0
+            )""",
+            "CREATE INDEX processes_by_session ON processes(session_id, started_at)",
+            "CREATE INDEX processes_by_state ON processes(state)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (

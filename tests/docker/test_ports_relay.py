@@ -33,7 +33,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", PORT), H).serve_forever()
+http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()  # gVisor: no threads here
 """.replace("PORT", str(PORT))
 
 FETCH = """
@@ -98,6 +98,7 @@ async def test_a_later_call_reaches_the_port_and_another_session_does_not(
             reader, writer = await hub.open(session, PORT)
             writer.write(b"GET /direct HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert b"hello from A /direct" in await reader.read()
+            writer.close()
             # the session's later call, at 127.0.0.1:<port> inside its own container
             result = await call(hub, backend, sandbox_image, mine, tier)
             assert result.stdout.decode().strip() == "hello from A /x", result
@@ -121,7 +122,7 @@ async def test_nothing_listening_is_unreachable_then_reachable(
     hub = PortsHub(backend_config.data_dir / f"ports-{uuid.uuid4().hex[:6]}")
     workspace = new_workspace(backend_config)
     session = workspace.name
-    code = "import time, subprocess, sys; time.sleep(3); exec(sys.argv[1])"
+    code = "import sys, time; time.sleep(3); src = sys.argv[1]; sys.argv[1:] = ['B']; exec(src)"
     inv = await hub.for_process(session, "p_2", [PORT],
                                 Invocation(argv=[*py(code), SERVER, "B"], workspace=workspace))
     task = asyncio.create_task(backend.run(request(inv, sandbox_image, session, "runc", 60)))
@@ -136,6 +137,7 @@ async def test_nothing_listening_is_unreachable_then_reachable(
                 await asyncio.sleep(0.1)
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert b"hello from B" in await reader.read()
+        writer.close()
     finally:
         task.cancel()
         with contextlib.suppress(BaseException):

@@ -7,8 +7,9 @@ during removal, a wedged call.
 
 - ``reap_expired()``: our containers past their lease (a missing or broken lease counts as
   expired); run periodically by ``start_periodic``.
-- ``reconcile_startup()``: every container of our instance, whatever its lease. Call it once
-  before the backend accepts calls: anything still there belongs to a previous life.
+- ``reconcile_startup()``: every container of our instance, whatever its lease, but those
+  a live record adopted (background processes). Call it once before the backend accepts
+  calls: anything else still there belongs to a previous life.
 
 Only the label filter ``navi.instance=<ours>`` selects containers, so another supervisor's
 containers on the same engine are never touched.
@@ -72,9 +73,11 @@ class Reaper:
         )
         return True
 
-    def _sweep(self, now: float | None) -> list[str]:
+    def _sweep(self, now: float | None, keep: frozenset[str] = frozenset()) -> list[str]:
         removed = []
         for container in self._ours():
+            if container["Id"] in keep:
+                continue
             if now is not None:
                 lease = (container.get("Labels") or {}).get(LABEL_LEASE, "")
                 if lease.isdigit() and int(lease) >= now:
@@ -87,9 +90,10 @@ class Reaper:
         """Remove our containers whose lease ended before ``now``; returns their ids."""
         return await self._call(self._sweep, time.time() if now is None else now)
 
-    async def reconcile_startup(self) -> list[str]:
-        """Remove every container of our instance (crash recovery); returns their ids."""
-        removed = await self._call(self._sweep, None)
+    async def reconcile_startup(self, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Remove every container of our instance (crash recovery) but those in ``keep``
+        (background processes adopted with their records); returns their ids."""
+        removed = await self._call(self._sweep, None, keep)
         log.info("startup_reconcile", instance=self.instance_id, removed=len(removed))
         return removed
 

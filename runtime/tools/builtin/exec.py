@@ -13,7 +13,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from runtime.errors import InvalidInput, NaviError
+from runtime.processes.models import StartSpec
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
+from runtime.tools.builtin.processes import ProcessAccess, start_process
 from runtime.tools.sandboxed import (
     ExecOutcome,
     Invocation,
@@ -59,6 +61,9 @@ class TerminalParams(ToolParams):
     user: Literal["root"] | None = Field(
         None, description="root: run as uid 0 inside the sandbox; only where the policy runs "
                           "the call under gVisor with allow_root (else denied)")
+    background: bool = Field(
+        False, description="true: start it as a background process that keeps running after "
+                           "this call (returns its id; see process_output, process_stop)")
 
     @field_validator("command")
     @classmethod
@@ -121,6 +126,9 @@ class TerminalTool(BuiltinTool[TerminalParams]):
     Params = TerminalParams
     runs_in_sandbox: ClassVar[bool] = True
 
+    def __init__(self, processes: ProcessAccess | None = None) -> None:
+        self.processes = processes or ProcessAccess()
+
     @staticmethod
     def call_for(params: TerminalParams, workdir: str = WORKDIR) -> Invocation:
         shell = ["bash", "--noprofile", "--norc", "-c"]
@@ -133,6 +141,11 @@ class TerminalTool(BuiltinTool[TerminalParams]):
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:
         workdir = await _workdir(ctx, params.cwd)
+        if params.background:  # a process of its own, decided under this tool's rule
+            if params.user is not None:
+                raise InvalidInput("a background command cannot run as root")
+            return await start_process(self.processes, ctx, StartSpec(
+                command=params.command, cwd=workdir, tool=self.name))
         action = self.action(params.model_dump(exclude_none=True), ctx)
         if params.timeout_s is not None:
             action = action.model_copy(update={"timeout_s": params.timeout_s})

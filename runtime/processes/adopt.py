@@ -1,0 +1,97 @@
+"""After a restart: each process whose record says ``running`` is adopted or ended.
+
+Adopted when its container still runs on this machine and it needs nothing the old server
+held (an egress proxy lived in that server: a process with egress is ended): the session's
+lease is taken again, its stdio attached again (output from now on: what it wrote while no
+server read it is lost), its log continued, its lifetime counted from its start. Otherwise
+its record is closed ``interrupted`` (with the exit code, if it had exited) and
+``process.exit`` audited. The ids of adopted containers are returned: the reaper's start-up
+sweep removes every other container of this instance, so none outlives its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from runtime.audit.records import AuditEntry
+from runtime.logging import get_logger
+from runtime.nodes.base import LOCAL
+from runtime.processes.container import LEASE_GRACE_S
+from runtime.processes.launch import docker_backend
+from runtime.processes.live import LiveProcess
+from runtime.processes.models import ProcessRecord
+from runtime.sandbox.docker.spec import LABEL_LEASE
+
+if TYPE_CHECKING:
+    from runtime.processes.service import ProcessService
+
+log = get_logger(__name__)
+
+
+async def adopt_all(service: ProcessService) -> frozenset[str]:
+    rows = await service.records.running()
+    if not rows:
+        return frozenset()
+    containers = service.ends.containers_for(docker_backend(service))
+    found = await containers.listed()
+    kept: set[str] = set()
+    for record, egress in rows:
+        summary = found.get(record.id)
+        alive = summary is not None and summary.get("State") == "running" and \
+            summary.get("Id") == record.container
+        if alive and not egress and record.node == LOCAL:
+            try:
+                assert summary is not None
+                await _adopt(service, record, summary)
+                kept.add(str(summary["Id"]))
+                continue
+            except Exception as exc:
+                log.warning("process_adopt_failed", process=record.id, error=str(exc))
+        await _close(service, record, summary)
+    log.info("processes_adopted", adopted=len(kept), ended=len(rows) - len(kept))
+    return frozenset(kept)
+
+
+async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[str, Any]
+                 ) -> None:
+    services = service.services
+    containers = service.ends.containers
+    node = services.nodes.get(record.node)
+    lease = await asyncio.to_thread(node.open, record.tenant_id, record.session_id)
+    try:
+        attached = await containers.reattach(str(summary["Id"]))
+    except BaseException:
+        await asyncio.to_thread(lease.close)
+        raise
+    outlog = await asyncio.to_thread(service.ends.log_of, record)
+    live = LiveProcess(record, str(summary["Id"]), attached, outlog,
+                       services.hub.bus(record.session_id))
+    live.closers.append(lambda: asyncio.to_thread(lease.close))
+    lease_until = float((summary.get("Labels") or {}).get(LABEL_LEASE, "0") or 0)
+    lifetime_s = max(0.0, lease_until - 1 - LEASE_GRACE_S - record.started_at)
+    service.admission.places.hold(record.tenant_id, record.session_id, record.id,
+                                  record.ports)
+    service.ends.watch(live, lifetime_s)
+    log.info("process_adopted", process=record.id, session=record.session_id)
+
+
+async def _close(service: ProcessService, record: ProcessRecord,
+                 summary: dict[str, Any] | None) -> None:
+    code = None
+    if summary is not None:
+        state = await service.ends.containers.state(str(summary["Id"])) or {}
+        if not state.get("Running"):
+            code = state.get("ExitCode")
+    outlog = service.ends.log_of(record)
+    size = outlog.end
+    outlog.close()
+    await service.records.close(record.id, exit_code=code, reason="interrupted",
+                                output_bytes=size)
+    with contextlib.suppress(Exception):
+        await service.services.audit.append(AuditEntry(
+            kind="action", action="process.exit", object=record.id, tenant=record.tenant_id,
+            user=record.token_id, session=record.session_id, exec_id=record.id,
+            exit_code=code, stdout_size=size, decision="allow",
+            detail="reason interrupted (the server restarted)", node=record.node))

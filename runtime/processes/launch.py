@@ -1,0 +1,102 @@
+"""Making a process's container run: the session's lease, egress, hooks, the container.
+
+Everything taken here is given back if a later step fails (and by ``Ends`` when the
+process ends): the lease on the session, the egress proxy, the container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runtime.egress import EgressProxy
+from runtime.errors import Conflict
+from runtime.policy.decision import Decision, Subject
+from runtime.processes.live import LiveProcess
+from runtime.processes.models import ProcessRecord, StartSpec
+from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.spec import BindMount
+from runtime.sandbox.models import ExecRequest
+
+if TYPE_CHECKING:
+    from runtime.processes.service import ProcessService
+
+SHELL = ("bash", "--noprofile", "--norc", "-c")
+CD_THEN_RUN = 'cd -- "$0" || exit 125; exec bash --noprofile --norc -c "$1"'
+
+
+@dataclass(frozen=True)
+class LaunchExtras:
+    """What a launch hook adds to a process's container (e.g. the ports relay)."""
+
+    mounts: tuple[BindMount, ...] = ()
+    argv_prefix: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def docker_backend(service: ProcessService) -> DockerBackend:
+    backend = service.services.nodes.local.backend
+    if not isinstance(backend, DockerBackend):
+        raise Conflict("background processes need the Docker engine (this server runs "
+                       "calls on another backend)")
+    return backend
+
+
+async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
+                 decision: Decision, record: ProcessRecord, *, lifetime_s: float
+                 ) -> LiveProcess:
+    backend = docker_backend(service)
+    services = service.services
+    node = services.nodes.get(subject.node)
+    undo: list[Callable[[], Awaitable[object]]] = []
+    try:
+        lease = await asyncio.to_thread(node.open, subject.tenant, subject.session)
+        undo.append(lambda: asyncio.to_thread(lease.close))
+        workspace = await asyncio.to_thread(node.verify, subject.tenant, subject.session)
+        tmp = node.tmp_path(subject.tenant, subject.session)
+        egress_socket = None
+        if decision.egress_allowlist:
+            proxy = EgressProxy(decision.egress_allowlist, backend.config.egress,
+                                exec_id=record.id, resolver=backend.egress_resolver,
+                                denied=backend.egress_denied)
+            await proxy.start(backend.config.data_dir / "egress")
+            undo.append(proxy.close)
+            egress_socket = proxy.socket_path
+        extras = LaunchExtras()
+        for hook in service.launch_hooks:
+            more = await hook(record.public(), subject)
+            if more is not None:
+                extras = LaunchExtras(mounts=extras.mounts + more.mounts,
+                                      argv_prefix=more.argv_prefix + extras.argv_prefix,
+                                      env={**extras.env, **more.env})
+        request = ExecRequest(
+            argv=[*SHELL, CD_THEN_RUN, record.cwd, spec.command], env=dict(spec.env),
+            workspace=workspace, tmp=tmp, image=services.executor.resolve_image(
+                decision.image or ""),
+            limits=decision.limits,
+            network="egress" if decision.egress_allowlist else "none",
+            egress_allowlist=decision.egress_allowlist, exec_id=record.id,
+            tenant=subject.tenant, session=subject.session, node=subject.node,
+            uid=subject.sandbox_uid)
+        containers = service.ends.containers_for(backend)
+        container_spec = await containers.spec(
+            request, record_id=record.id, lifetime_s=lifetime_s, egress=egress_socket,
+            mounts=extras.mounts, argv_prefix=extras.argv_prefix, env=extras.env)
+        container = await containers.create(container_spec)
+        undo.append(lambda: containers.remove(container))
+        await service.records.set_container(record.id, container)
+        outlog = await asyncio.to_thread(service.ends.log_of, record)
+        attached: Any = await containers.attach_and_start(container)
+    except BaseException:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                await step()
+        raise
+    live = LiveProcess(record.model_copy(update={"container": container}), container,
+                       attached, outlog, services.hub.bus(subject.session))
+    live.closers.extend(undo[:-1])  # the container is removed by the end itself
+    service.ends.watch(live, lifetime_s)
+    return live
