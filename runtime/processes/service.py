@@ -117,6 +117,7 @@ class ProcessService:
             runtime=decision.limits.runtime, tenant_id=subject.tenant,
             session_id=subject.session, token_id=subject.user,
             token_expires_at=token_expires_at)
+        await self.services.executor.meter_change(subject, "process.start")  # change rate
         egress = bool(decision.egress_allowlist)
         await self.records.insert(record, egress=egress)
         try:
@@ -227,6 +228,7 @@ class ProcessService:
     async def input(self, subject: Subject, process_id: str, data: bytes) -> None:
         record = await self.record(subject, process_id)
         live = self._running(record)
+        await self.services.executor.meter_change(subject, "process.input")
         await self.services.audit.append(AuditEntry(
             kind="action", action="process.input", object=record.id, tenant=subject.tenant,
             user=subject.user, session=subject.session, exec_id=record.id,
@@ -245,6 +247,7 @@ class ProcessService:
 
     async def _audit_signal(self, subject: Subject, record: ProcessRecord, signal: str
                             ) -> None:
+        await self.services.executor.meter_change(subject, "process.signal")
         await self.services.audit.append(AuditEntry(
             kind="action", action="process.signal", object=record.id, tenant=subject.tenant,
             user=subject.user, session=subject.session, exec_id=record.id,

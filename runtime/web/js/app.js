@@ -6,6 +6,7 @@ import { Api, ApiError, describeError, tokenStore } from "./api.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
 import { FilesPanel, imageUrl, writtenImages } from "./files.js";
+import { ProcessesPanel } from "./processes.js";
 import { SharesList } from "./published.js";
 import { SessionAudit } from "./session_audit.js";
 import { SessionHead } from "./session_head.js";
@@ -152,6 +153,7 @@ class App {
     if (canWork) {
       this.files = new FilesPanel($("#workspace"), api);
       this.shares = new SharesList($("#workspace aside.files"), api);
+      this.processes = new ProcessesPanel($("#workspace aside.files"), api);
       this.sessions = new SessionsPanel($("#workspace"), api, {
         onSelect: (session) => this.openSession(session),
         onDeleted: (id) => this.dropSession(id),
@@ -247,6 +249,7 @@ class App {
     $("#upload-form").hidden = false;
     this.files.show(session.id);
     this.shares.show(session.id);
+    this.processes.show(session.id);
     this.connect(view);
     this.renderPending();
   }
@@ -271,6 +274,9 @@ class App {
       onEvent: (event, id) => {
         if (id !== null) view.lastEventId = id;
         view.timeline.handle(event);
+        if (event.type.startsWith("process_") && this.active === view) {
+          this.processes.handle(event);  // a session's background processes, live
+        }
         if (event.type === "approval_required" || event.type === "approval_decided") {
           this.pollApprovals();
         }
