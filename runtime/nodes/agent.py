@@ -34,6 +34,7 @@ from runtime.nodes.failures import Failed, packed
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.instance import load_instance_id
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
+from runtime.streaming import Feed
 from runtime.workspace import AtomicWriter, Workspace, Workspaces
 from runtime.workspace.activity import call_on_loop, release_idle
 from runtime.workspace.tmpdir import Root
@@ -269,29 +270,14 @@ class NodeAgent:
             await self.ready()
             if request.workspace is not None or request.tmp is not None:
                 lease = await self._lease(request)
-            output: asyncio.Queue[OutputChunk] = asyncio.Queue()
-
-            async def on_output(chunk: OutputChunk) -> None:
-                output.put_nowait(chunk)
-
-            call = asyncio.create_task(self.backend.run(request, on_output,
-                                                        before_start=gate))
-            while True:
-                batch: list[OutputChunk | ExecResult] = []
-                if not call.done():
-                    getter = asyncio.ensure_future(output.get())
-                    await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
-                    if getter.done():
-                        batch.append(getter.result())
-                        await asyncio.wait({call}, timeout=COALESCE_S)
-                    else:
-                        getter.cancel()
-                while not output.empty():
-                    batch.append(output.get_nowait())
-                if call.done():
+            output: Feed[OutputChunk] = Feed()
+            call = output.follow(asyncio.create_task(
+                self.backend.run(request, output.put, before_start=gate)))
+            async for batch, last in output.batches(COALESCE_S):
+                if last:
                     yield [*batch, call.result()]
                     return
-                yield batch
+                yield list(batch)
         except Exception as exc:
             yield packed(exc)
         finally:

@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from runtime.logging import get_logger
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
+from runtime.streaming import Feed
 
 log = get_logger(__name__)
 OutputCallback = Callable[[OutputChunk], Awaitable[None]]
@@ -110,22 +111,11 @@ async def stream_run(
     Closing the iterator early (``aclose`` or a ``break`` in ``async for``) cancels the call,
     which kills and removes its container.
     """
-    chunks: asyncio.Queue[OutputChunk] = asyncio.Queue()
-
-    async def on_output(chunk: OutputChunk) -> None:
-        chunks.put_nowait(chunk)
-
-    call = asyncio.create_task(backend.run(request, on_output))
+    chunks: Feed[OutputChunk] = Feed()
+    call = chunks.follow(asyncio.create_task(backend.run(request, chunks.put)))
     try:
-        while not call.done():
-            getter = asyncio.ensure_future(chunks.get())
-            await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-        while not chunks.empty():
-            yield chunks.get_nowait()
+        async for chunk in chunks:
+            yield chunk
         yield call.result()
     finally:
         if not call.done():

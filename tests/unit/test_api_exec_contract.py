@@ -5,6 +5,8 @@ The real-server e2e tests (tests/e2e/test_api_sandbox.py) keep what needs a real
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -184,3 +186,38 @@ async def test_a_quota_is_429_with_retry_after(tmp_path: Path) -> None:
         assert len(backend(api).requests) == 2
         (*_, result) = [e for e in bus_events(api, session) if e["type"] == "tool_result"]
         assert result["success"] is False and result["code"] == "quota_exceeded"
+
+
+def sse_frames(body: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len("data: "):]) for line in body.splitlines()
+            if line.startswith("data: ")]
+
+
+async def test_a_streamed_run_answers_its_events_then_ends(api: Api) -> None:
+    """`?stream=true`: the call's `tool_call`, live `exec_output` and `tool_result`, read from
+    the session bus while the call runs (`runtime.streaming.until_failed`); the stream ends at
+    the result."""
+    backend(api).push(FakeResponse(stdout=b"42\n", stderr=b"warn\n"))
+    async with user_session(api) as (client, session):
+        resp = await client.post(f"/v1/sessions/{session}/exec?stream=true",
+                                 json={"tool": "code_exec", "args": PY})
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    frames = sse_frames(resp.text)
+    kinds = [f["type"] for f in frames]
+    assert kinds[0] == "tool_call" and kinds[-1] == "tool_result", kinds
+    output = "".join(f["data"] for f in frames if f["type"] == "exec_output")
+    assert "42\n" in output and "warn\n" in output
+    assert frames[-1]["ok"] is True and frames[-1]["stdout"] == "42\n"
+    assert len({f["exec_id"] for f in frames}) == 1
+
+
+async def test_a_streamed_run_that_fails_before_its_result_ends_with_an_error(api: Api) -> None:
+    """A call refused after it was announced publishes no `tool_result` on this stream's
+    terms: the stream does not wait for one, it ends with the caller's own `error` frame."""
+    async with user_session(api) as (client, session):
+        resp = await asyncio.wait_for(  # a stream waiting for a result that never comes
+            client.post(f"/v1/sessions/{session}/exec?stream=true",
+                        json={"tool": "no_such_tool", "args": {}}), 20)
+    frames = sse_frames(resp.text)
+    assert frames and frames[-1]["type"] == "error", frames
+    assert frames[-1]["code"] == "not_found"

@@ -30,6 +30,7 @@ from runtime.errors import NaviError
 from runtime.events import ErrorEvent
 from runtime.executor import new_exec_id
 from runtime.policy.decision import Subject
+from runtime.streaming import until_failed
 from runtime.tools import ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
@@ -79,23 +80,16 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
                   ) -> AsyncIterator[bytes]:
     """This execution's events from the session bus, then (on failure) an `error` event."""
     events = services.hub.bus(subject.session).subscribe()
-    pending = asyncio.ensure_future(anext(events))
+    reading = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0)  # subscribed before the run publishes anything
     task = asyncio.create_task(_run(services, subject, body, exec_id))
     try:
-        while True:
-            await asyncio.wait({pending, task}, return_when=asyncio.FIRST_COMPLETED)
-            if pending.done():
-                event = pending.result()
+        async with contextlib.aclosing(until_failed(events, task, reading=reading)) as ours:
+            async for event in ours:  # closed at the break: its read of the bus is cancelled
                 if event.exec_id == exec_id:
                     yield _frame(event.wire, event.id)
                     if event.type == "tool_result":
                         break
-                pending = asyncio.ensure_future(anext(events))
-            elif task.exception() is not None:
-                break  # failed before publishing its result
-            else:
-                await asyncio.wait({pending})  # result published; read it next
         with contextlib.suppress(BaseException):
             await task
         exc = task.exception() if task.done() and not task.cancelled() else None
@@ -103,7 +97,7 @@ async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id:
             yield _frame(json.dumps(_error_event(exc, exec_id).payload(), separators=(",", ":")),
                          None)
     finally:
-        pending.cancel()
+        reading.cancel()
         with contextlib.suppress(Exception):
             await events.aclose()
         if not task.done():
