@@ -48,6 +48,8 @@ from tests.docker.warm_fixtures import wait_ready
 
 EXECUTE = "execute"  # runs the program it is given: output, exit codes and limits are real
 CONFINE = "confine"  # keeps the isolation promises (docs/sandbox.md): confinement probes run
+PROTOCOL = "protocol"  # a `SandboxBackend` (results, streaming, kill, the start gate): the
+# contract suite runs; a background process's container is not one, only confined like one
 
 
 @dataclass(frozen=True)
@@ -228,12 +230,38 @@ async def _cluster_node(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbo
         await asyncio.to_thread(node.remove, tenant, session)
 
 
+# ---- a background process's own container (runtime.processes) ---------------------------
+
+
+def process(runtime: str) -> Adapter:
+    """The container a background process gets (``ProcessContainers``: the call's spec,
+    detached, stdin kept open, a lifetime lease), driven to its exit: the probes' program is
+    the process. It keeps every isolation promise a call's container keeps."""
+    caps = Capabilities(runtime=runtime, cannot={
+        PROTOCOL: "a process container is not a SandboxBackend call (no streaming, caps, "
+                  "kill or start gate here: runtime.processes has its own tests)"})
+
+    @contextlib.asynccontextmanager
+    async def factory(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+        from tests.docker.process_driver import process_driver
+
+        instance_id = fixtures.getfixturevalue("test_instance_id")
+        config = engine_config(fixtures.getfixturevalue("sandbox_data_dir"), instance_id)
+        api = fixtures.getfixturevalue("docker_api")
+        async with started_backend(config, api, instance_id) as backend:
+            yield Sandbox(backend, caps, image=fixtures.getfixturevalue("sandbox_image"),
+                          workspace=new_workspace(config), drive=process_driver(backend))
+
+    return Adapter(f"{runtime}-process", caps, factory, marks=(pytest.mark.docker,))
+
+
 # ---- every backend: add a new one here --------------------------------------------------
 
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter("fake", FAKE, _fake),
     *(docker(runtime, warm=warm) for runtime in ("runc", "gvisor") for warm in (False, True)),
     Adapter("cluster-node", CLUSTER_NODE, _cluster_node, marks=(pytest.mark.docker,)),
+    *(process(runtime) for runtime in ("runc", "gvisor")),
 )
 
 

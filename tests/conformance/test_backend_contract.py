@@ -12,9 +12,9 @@ import pytest
 
 from runtime.sandbox.fake import FakeResponse
 from runtime.sandbox.models import Limits, OutputChunk
-from tests.conformance.harness import EXECUTE, Sandbox, adapter_params
+from tests.conformance.harness import EXECUTE, PROTOCOL, Sandbox, adapter_params
 
-pytestmark = pytest.mark.parametrize("adapter", adapter_params())
+pytestmark = pytest.mark.parametrize("adapter", adapter_params(PROTOCOL))
 
 
 def sh(script: str) -> list[str]:
