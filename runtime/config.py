@@ -121,6 +121,10 @@ class Settings(BaseSettings):
     warm_pool_size: int = Field(
         1, ge=0, le=16, description="Warm containers kept per session and class (0: off).")
     warm_idle_s: float = Field(60.0, gt=0, description="Idle warm containers removed after.")
+    kernel_idle_s: float = Field(
+        600.0, gt=0, description="Seconds a session's Python kernel (kernel_exec) may sit "
+        "unused before its picklable names are saved to the session's disk and its container "
+        "stops; the next execute restores them.")
     warm_burst: int = Field(
         4, ge=0, le=16, description="Warm containers a session calling back to back may get "
         "ready per class (the pool grows from NAVI_WARM_POOL_SIZE toward it on misses).")

@@ -32,6 +32,7 @@ from runtime.api.routes import (
     health,
     sessions,
 )
+from runtime.api.routes import kernels as kernel_routes
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import profiles as profile_routes
 from runtime.api.routes import questions as question_routes
@@ -51,6 +52,7 @@ from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.events import EventHub, ReplayLimits
 from runtime.executor import Executor
+from runtime.kernels.service import for_app as kernel_service
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
@@ -104,6 +106,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             changes=ChangeLimiter(burst=settings.change_burst,
                                                   rate=settings.change_rate))
         hub = EventHub(ReplayLimits.from_settings(settings))
+        kernels = kernel_service(settings, executor, backend, workspaces)
         questions = QuestionBroker(hub, settings.question_timeout_s)
         subagents = SubAgents()  # bound to the services below, once they exist
         reflector = Reflector()
@@ -112,7 +115,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             profiles=SessionProfiles(policy, store, executor, hub),
                             subagents=subagents, tenant_disk=workspaces,
                             shares=ShareStore(store), reviewer=reflector,
-                            questions=questions)
+                            questions=questions, kernels=kernels)
         copies = tools.user_tools.store
         workspaces.count_also = copies.objects.tenant_bytes  # in the tenants' disk quotas
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
@@ -128,12 +131,15 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, nodes=nodes, agent=agent,
-                        metrics=metrics, hub=hub, secrets=secrets, questions=questions)
+                        metrics=metrics, hub=hub, secrets=secrets, questions=questions,
+                        kernels=kernels)
     subagents.services = services
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
     _release_idle_sessions(services)
+    if kernels is not None:  # idle kernels saved to their session's disk and stopped
+        services.background.append(asyncio.create_task(kernels.sweep_idle()))
     await _start_sandbox(services)
     try:
         await join_cluster(services)  # NAVI_CLUSTER: execution nodes (unset: nothing)
@@ -232,7 +238,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router, share_routes.router,
                    profile_routes.router, snapshot_routes.router, cluster.router,
-                   question_routes.router):
+                   question_routes.router, kernel_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
     app.include_router(web_routes.router)

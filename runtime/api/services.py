@@ -38,6 +38,7 @@ from runtime.workspace.held_reads import HeldReads
 if TYPE_CHECKING:
     from runtime.agent.service import AgentService
     from runtime.cluster.plane import ClusterPlane
+    from runtime.kernels import KernelService
     from runtime.ports.service import PortsService
     from runtime.sessions.principal import Principal
     from runtime.store.secrets import SecretStore
@@ -74,6 +75,7 @@ class Services:
     agent: AgentService | None = None  # the agent loop's turns
     secrets: SecretStore | None = None  # tenants' secrets for tools
     cluster: ClusterPlane | None = None  # NAVI_CLUSTER: the execution nodes
+    kernels: KernelService | None = None  # sessions' Python kernels (needs Docker)
     questions: QuestionBroker | None = None  # the agent's `ask_user` questions
     ports: PortsService | None = None  # session ports, their proxy and preview origin
     _tenant_names: dict[str, str] = field(default_factory=dict)
@@ -171,6 +173,9 @@ class Services:
             with contextlib.suppress(Exception):
                 await self.agent.close()
         await self.kill_running("supervisor shutdown")
+        if self.kernels is not None:  # saved to their sessions' disks: a restart finds them
+            with contextlib.suppress(Exception):
+                await self.kernels.close()
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 await self.cluster.close()

@@ -9,6 +9,7 @@ from runtime.events import ImageRef
 from runtime.tools.base import ImageBlock, ToolResult
 
 MAX_IMAGES = 4
+KERNEL_IMAGE_PREFIX = "kernel:"  # `kernel_exec`'s figures: results, not files
 
 
 def image_blocks(result: ToolResult) -> list[ImageBlock]:
@@ -27,4 +28,7 @@ def image_blocks(result: ToolResult) -> list[ImageBlock]:
 
 
 def image_refs(result: ToolResult) -> list[ImageRef]:
-    return [ImageRef(path=b.path, media_type=b.media_type) for b in image_blocks(result)]
+    """The images that are files of the session (a kernel's figures are not: the event's
+    `kernel` results carry them)."""
+    return [ImageRef(path=b.path, media_type=b.media_type) for b in image_blocks(result)
+            if not b.path.startswith(KERNEL_IMAGE_PREFIX)]

@@ -33,6 +33,7 @@ from runtime.calls.live_output import LiveOutput
 from runtime.errors import InvalidInput, NaviError, NotFound, PolicyDenied, QuotaExceeded
 from runtime.events import EventHub, SessionEventBus, ToolCallEvent, ToolResultEvent, link_refs
 from runtime.executor import Approver, Executor, new_exec_id
+from runtime.kernels.models import kernel_view
 from runtime.metrics import Metrics, tool_label
 from runtime.nodes.base import OpenFiles
 from runtime.policy.decision import Subject
@@ -287,4 +288,5 @@ def _result_event(request: CallRequest, result: ToolResult, rule: str | None
         output=clip(result.output, EVENT_TEXT),
         error=clip(result.error, EVENT_ERROR) if result.error else None,
         exec_id=request.exec_id, rule=rule, images=image_refs(result) or None,
+        kernel=kernel_view(result.metadata.get("kernel")),
         **link_refs(result.metadata), **_origin(request), **fields)

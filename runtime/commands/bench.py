@@ -13,6 +13,7 @@ from bench.cluster_bench import cli as cluster_bench_cli
 from bench.disk_bench import cli as disk_bench_cli
 from bench.engine_bench import cli as engine_bench_cli
 from bench.fairshare import cli as fairshare_cli
+from bench.kernel_bench import cli as kernel_bench_cli
 from bench.processes_bench import cli as processes_bench_cli
 from bench.sessions_bench import cli as sessions_bench_cli
 from bench.soak import cli as soak_cli
@@ -29,6 +30,7 @@ app.command("bridges")(bridges_cli)  # code and docs: bench/bridges.py
 app.command("engine")(engine_bench_cli)  # code and docs: bench/engine_bench.py, engine_acct.py
 app.command("cluster")(cluster_bench_cli)  # code and docs: bench/cluster_bench.py
 app.command("sessions")(sessions_bench_cli)  # code and docs: bench/sessions_bench.py
+app.command("kernels")(kernel_bench_cli)  # code and docs: bench/kernel_bench.py
 app.command("processes")(processes_bench_cli)  # code and docs: bench/processes_bench.py
 
 

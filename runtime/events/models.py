@@ -199,8 +199,11 @@ class ToolResultEvent(SessionEvent):
     timeout_s: float | None = None
     runtime: Runtime | None = None
     node: str | None = None
+    kernel: dict[str, Any] | None = Field(
+        None, description="a kernel execute's results (kernel_exec): {kernel, results, error, "
+        "execution_count, restored, lost}")
     OMIT_WHEN_NONE: ClassVar[frozenset[str]] = _CALL_CONTEXT | {"code", "rule", "images",
-                                                                 *LINK_FIELDS}
+                                                                 "kernel", *LINK_FIELDS}
 
     def payload(self) -> dict[str, Any]:
         data = super().payload()

@@ -63,7 +63,7 @@ from runtime.policy.session_limits import resolve as resolve_session_limits
 from runtime.sandbox.models import Limits
 
 Permission = Literal["run_tools", "read_audit", "manage"]
-RULE_OF = {"process_start": "terminal"}
+RULE_OF = {"process_start": "terminal", "kernel_exec": "code_exec"}
 """Tools without a rule of their own run under another's (image, limits, egress)."""
 DEFAULT_MAX_TIMEOUT_S = 300.0
 

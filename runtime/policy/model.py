@@ -33,7 +33,7 @@ from runtime.policy.limits_spec import LimitsSpec as LimitsSpec  # re-exported: 
 from runtime.policy.limits_spec import Strict
 
 GROUPS: dict[str, frozenset[str]] = {
-    "group:exec": frozenset({"code_exec", "terminal"}),
+    "group:exec": frozenset({"code_exec", "terminal", "kernel_exec", "kernel_reset"}),
     "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file",
                            "grep", "glob", "tree", "notebook_read", "notebook_edit"}),
     "group:web": frozenset({"http_request", "web_view", "web_search"}),

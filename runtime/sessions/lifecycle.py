@@ -78,6 +78,9 @@ async def end_session(services: Services, record: SessionRecord) -> None:
         await services.agent.cancel(record.id)
     with contextlib.suppress(Exception):
         await services.executor.cancel_session(record.id)
+    if services.kernels is not None:  # its kernels stop, nothing saved
+        with contextlib.suppress(Exception):
+            await services.kernels.end_session(record.id)
     with contextlib.suppress(Exception):  # its processes end `session_ended`
         await services.processes.end_session(record.id)
     node = services.nodes.for_session(record)

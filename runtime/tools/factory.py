@@ -39,6 +39,7 @@ from runtime.tools.builtin import (
     WebViewTool,
 )
 from runtime.tools.builtin.ask_user import Asker, AskUserTool
+from runtime.tools.builtin.kernel import KernelExecTool, KernelResetTool, Kernels
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
 from runtime.tools.builtin.search import GlobTool, GrepTool, TreeTool
@@ -92,6 +93,7 @@ def build_tools(
     shares: ShareStore | None = None,
     reviewer: Reviewer | None = None,
     questions: Asker | None = None,
+    kernels: Kernels | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`;
     `tenant_disk` keeps the tenant disk quota user tools' copies count in; `shares` keeps
@@ -151,6 +153,8 @@ def build_tools(
         ContentPublishTool(shares, share_quota),
         ReflectTool(reviewer),
         AskUserTool(questions),
+        KernelExecTool(kernels),
+        KernelResetTool(kernels),
     ]
     for tool in tools:
         registry.register(tool)

@@ -59,7 +59,7 @@ from runtime.sandbox.docker.hostmounts import HardenState, ensure_nosuid_nodev, 
 from runtime.sandbox.docker.launch import WarmLauncher, start_cold, start_warm
 from runtime.sandbox.docker.reaper import Reaper
 from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH, load_profile
-from runtime.sandbox.docker.spec import ContainerSpec, build_spec
+from runtime.sandbox.docker.spec import LABEL_LEASE, ContainerSpec, build_spec
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
 from runtime.sandbox.docker.warm_stream import oom_kills
 from runtime.sandbox.instance import load_instance_id
@@ -341,6 +341,19 @@ class DockerBackend:
                            request.tenant)
         if used is not None:
             await self.engine.call(self.engine.remove, used)
+
+    async def long_lived_spec(self, request: ExecRequest, *, lease_s: float) -> ContainerSpec:
+        """The hardened spec of a container that outlives one call (a kernel): the call's
+        own spec, its lease ``lease_s`` ahead (its owner removes it; a restart's sweep takes
+        what is left), its mounted directories owned by the sandbox user."""
+        await self.start()
+        image_id = await self.engine.image_id_of(request.image)
+        spec = self._spec(request, image_id)
+        if spec.runtime not in self._runtimes:
+            await self._require_runtime(spec.runtime, request.limits.runtime)
+        self._prepare_workspace(request)
+        lease = str(int(time.time() + lease_s + self.config.lease_grace_s) + 1)
+        return spec.model_copy(update={"labels": {**spec.labels, LABEL_LEASE: lease}})
 
     # -- what a call's container is --------------------------------------------------------
 
