@@ -47,6 +47,8 @@ log = get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 8
 MAX_CALLS_KEPT = 32  # calls beyond this in one answer are dropped unseen (untrusted output)
+REOFFER_AFTER = frozenset({"write_tool", "delete_tool", "reload_tools"})
+"""Calls after which the tools offered are listed again (a tool written is callable at once)."""
 
 
 @dataclass
@@ -155,15 +157,20 @@ class Turn:
 
     async def _offer(self) -> tuple[list[dict[str, Any]], str]:
         """The tools the model is offered (the profile's, as the policy lets this subject
-        use them) and the system prompt; a fresh runner for them."""
+        use them) and the system prompt; the runner calls exactly those."""
         s = self.s
         specs = await s.services.tools.registry.specs(s.subject)
         offered = [t for t in specs if s.profile.offers(t.name, t.group)]
         tools = [{"name": t.name, "description": t.description, "parameters": t.parameters}
                  for t in offered]
-        self.runner = ToolRunner(s.services.calls, s.subject, self.events,
-                                 {t.name: t.group for t in offered}, s.profile.stall_repeats,
-                                 self.checkpoint.before_call if self.checkpoint else None)
+        groups = {t.name: t.group for t in offered}
+        if self.runner is None:
+            self.runner = ToolRunner(s.services.calls, s.subject, self.events, groups,
+                                     s.profile.stall_repeats,
+                                     self.checkpoint.before_call if self.checkpoint else None)
+        else:  # offered again (a new profile, a tool just written): the turn's counts stay
+            self.runner.subject = s.subject
+            self.runner.offered = groups
         self.offered_names = [t.name for t in offered]
         return tools, await self._system()
 
@@ -234,6 +241,7 @@ class Turn:
                 return "stop", answer.text
             self.partial = answer.text
             images.clear()
+            reoffer = False
             for n, call in enumerate(calls):
                 if n >= MAX_CALLS_PER_STEP:
                     await self._store_tool(call, f"Error: at most {MAX_CALLS_PER_STEP} tool "
@@ -248,8 +256,10 @@ class Turn:
                     failed.add(call.id)
                 if outcome.images:
                     images[call.id] = outcome.images
+                if outcome.success and call.name in REOFFER_AFTER:
+                    reoffer = True
                 await self._store_tool(call, outcome.content, outcome.meta)
-            if await self._follow_profile():
+            if await self._follow_profile() or reoffer:
                 tools, system = await self._offer()
         note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
                 "final answer.")

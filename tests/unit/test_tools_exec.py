@@ -93,8 +93,8 @@ async def test_user_tool_lifecycle_runs_the_runner_with_the_hash(rig: Rig) -> No
     await call(reg, "list_tools", {}, ctx)  # the tenant's snapshot is taken
     wrote = await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
     digest = wrote.metadata["sha256"]
-    with pytest.raises(NotFound):  # not before reload_tools
-        await call(reg, "shout", {"text": "hi"}, ctx)
+    # callable by its name at once (no reload_tools); what runs is the file just written
+    assert (await reg.spec("shout", ctx.subject)).group == "group:user_tools"
 
     rig.backend.push(FakeResponse(stdout=b'{"ok": true, "result": "HI"}\n', stderr=b"log\n"))
     tested = await call(reg, "test_tool", {"name": "shout", "params": {"text": "hi"}}, ctx)
@@ -154,7 +154,8 @@ async def test_changed_tool_file_is_refused_until_reload(rig: Rig) -> None:
     ctx = rig.ctx()
     await call(reg, "write_tool", {"name": "shout", "code": SHOUT}, ctx)
     await call(reg, "reload_tools", {}, ctx)
-    await call(reg, "write_tool", {"name": "shout", "code": SHOUT + "\n# v2\n"}, ctx)
+    # the file changes behind the snapshot's back (not through write_tool, which reloads it)
+    (rig.services.user_tools.store.tenant_dir("t1") / "shout.py").write_text(SHOUT + "\n# v2\n")
     with pytest.raises(Exception, match="changed since it was loaded"):
         await call(reg, "shout", {"text": "x"}, ctx)
     assert rig.backend.requests == []

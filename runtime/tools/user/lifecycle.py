@@ -56,8 +56,8 @@ class WriteToolTool(BuiltinTool[WriteToolParams]):
     name = "write_tool"
     description = (
         "Create or replace one of your own tools. " + TEMPLATE_HINT
-        + " The file is checked (syntax, descriptor) but not run; call reload_tools "
-        "afterwards to use it by its name."
+        + " The file is checked (syntax, descriptor) but not run; once written, call it "
+        "by its name right away."
     )
     group = "group:meta"
     Params = WriteToolParams
@@ -79,9 +79,10 @@ class WriteToolTool(BuiltinTool[WriteToolParams]):
             desc = await asyncio.to_thread(store.write, ctx.tenant, params.name, params.code)
         except ToolLoadError as exc:
             return ToolResult.fail(f"tool not written: {exc.message}", name=params.name)
+        await self.catalogs.refresh(ctx.tenant, desc.name)  # callable by its name at once
         return ToolResult.ok(
             f"wrote tool {desc.name} ({desc.size} bytes, sha256 {desc.sha256[:16]}…); "
-            "call reload_tools to use it",
+            f"call it as {desc.name} now",
             name=desc.name, sha256=desc.sha256, size=desc.size,
         )
 
