@@ -58,6 +58,7 @@ from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
 from runtime.ports.service import PortsService, token_checker
+from runtime.processes.outlog import tenant_log_bytes
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
@@ -117,7 +118,9 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             shares=ShareStore(store), reviewer=reflector,
                             questions=questions, kernels=kernels)
         copies = tools.user_tools.store
-        workspaces.count_also = copies.objects.tenant_bytes  # in the tenants' disk quotas
+        logs = settings.data_dir / "processes"  # background processes' output logs
+        workspaces.count_also = lambda tenant_id: (  # in the tenants' disk quotas
+            copies.objects.tenant_bytes(tenant_id) + tenant_log_bytes(logs, tenant_id))
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
         await tools.open()
         opened.append(tools.close)

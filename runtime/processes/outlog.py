@@ -21,6 +21,21 @@ from pathlib import Path
 KEEP = 1024 * 1024
 
 
+def tenant_log_bytes(root: Path, tenant_id: str) -> int:
+    """Bytes of a tenant's process logs under ``root`` (counted in its disk quota)."""
+    total = 0
+    tenant_dir = root / tenant_id
+    if not tenant_dir.is_dir() or tenant_dir.is_symlink():
+        return 0
+    for session in os.scandir(tenant_dir):
+        if not session.is_dir(follow_symlinks=False):
+            continue
+        for entry in os.scandir(session.path):
+            with contextlib.suppress(OSError):
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+    return total
+
+
 def utf8_cut(data: bytes) -> int:
     """Where ``data`` ends on a character boundary: a UTF-8 sequence cut at its end is left
     for the next read (at most 3 bytes go back)."""
