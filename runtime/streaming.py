@@ -26,7 +26,7 @@ Two shapes cover them, below every caller (this module imports nothing of the ru
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -83,7 +83,7 @@ class Feed(Generic[T]):
 
 
 async def until_failed(source: AsyncIterator[T], task: asyncio.Future[Any], *,
-                       reading: asyncio.Future[T] | None = None) -> AsyncIterator[T]:
+                       reading: asyncio.Future[T] | None = None) -> AsyncGenerator[T, None]:
     """Items of ``source`` as they come, while ``task`` runs and after it has succeeded (the
     reader stops at the item that ends its stream, which the task put there); stops when
     ``source`` ends, or as soon as ``task`` has failed or was cancelled. ``reading``: a read
