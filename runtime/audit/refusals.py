@@ -33,18 +33,18 @@ class RefusalLimiter:
         self._lock = threading.Lock()
         self.limited = 0  # refusals answered 429 without a record (metrics, tests)
 
-    def take(self, tenant: str) -> None:
+    def take(self, tenant_id: str) -> None:
         if self.burst <= 0:
             return
         now = self._clock()
         with self._lock:
-            tokens, at = self._buckets.get(tenant, (float(self.burst), now))
+            tokens, at = self._buckets.get(tenant_id, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - at) * self.rate)
             if tokens >= 1.0:
-                self._buckets[tenant] = (tokens - 1.0, now)
+                self._buckets[tenant_id] = (tokens - 1.0, now)
                 self._forget_full(now)
                 return
-            self._buckets[tenant] = (tokens, now)
+            self._buckets[tenant_id] = (tokens, now)
             self.limited += 1
         wait = math.ceil((1.0 - tokens) / self.rate) if self.rate > 0 else 60
         raise RefusalRateExceeded(
@@ -54,6 +54,6 @@ class RefusalLimiter:
     def _forget_full(self, now: float) -> None:
         if len(self._buckets) <= MAX_TENANTS:
             return
-        for tenant, (tokens, at) in list(self._buckets.items()):
+        for tenant_id, (tokens, at) in list(self._buckets.items()):
             if tokens + (now - at) * self.rate >= self.burst:
-                del self._buckets[tenant]
+                del self._buckets[tenant_id]

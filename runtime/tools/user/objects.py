@@ -52,7 +52,7 @@ copy is written."""
 class TenantDisk(Protocol):
     """Who keeps a tenant's disk quota (the session disks' keeper, ``Workspaces``)."""
 
-    def admitting(self, tenant: str, size: int, also: int, limit: int
+    def admitting(self, tenant_id: str, size: int, also: int, limit: int
                   ) -> AbstractContextManager[None]:
         """``DiskQuotaExceeded`` unless ``size`` more bytes fit in ``limit`` beside the
         tenant's sessions and ``also`` (bytes of its own it does not see); else no other
@@ -61,7 +61,7 @@ class TenantDisk(Protocol):
 
 
 @contextlib.contextmanager
-def admit_alone(tenant: str, size: int, also: int, limit: int) -> Iterator[None]:
+def admit_alone(tenant_id: str, size: int, also: int, limit: int) -> Iterator[None]:
     """The quota check without session disks (no keeper given: tests, `navi exec`)."""
     if also + size > limit:
         raise DiskQuotaExceeded(
@@ -86,75 +86,75 @@ class ToolObjects:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _lock(self, tenant: str) -> threading.Lock:
+    def _lock(self, tenant_id: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault(tenant, threading.Lock())
+            return self._locks.setdefault(tenant_id, threading.Lock())
 
-    def tenant_dir(self, tenant: str) -> Path:
-        return self.root / tenant
+    def tenant_dir(self, tenant_id: str) -> Path:
+        return self.root / tenant_id
 
-    def tenant_bytes(self, tenant: str) -> int:
+    def tenant_bytes(self, tenant_id: str) -> int:
         """Disk the tenant's copies take (what its quota counts)."""
         total = 0
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for entry in os.scandir(self.tenant_dir(tenant)):
+            for entry in os.scandir(self.tenant_dir(tenant_id)):
                 with contextlib.suppress(FileNotFoundError):
                     total += charged_bytes(entry.stat(follow_symlinks=False))
         return total
 
-    def acquire(self, tenant: str, source: bytes, admit: DiskAdmit) -> Path:
+    def acquire(self, tenant_id: str, source: bytes, admit: DiskAdmit) -> Path:
         """The copy of ``source`` (verified bytes), made if absent after ``admit`` let it
         in; the caller holds a reference until ``release``."""
-        with self._lock(tenant):
+        with self._lock(tenant_id):
             digest = content_hash(source)
-            key = (tenant, digest)
-            directory = self.tenant_dir(tenant)
+            key = (tenant_id, digest)
+            directory = self.tenant_dir(tenant_id)
             name = f"{digest}.py"
             path = directory / name
             if not _intact(path, digest):
                 size = -(-len(source) // BLOCK) * BLOCK  # what it will take on disk
-                with admit(tenant, size, self.tenant_bytes(tenant)):
+                with admit(tenant_id, size, self.tenant_bytes(tenant_id)):
                     self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
                     directory.mkdir(mode=0o700, exist_ok=True)
                     _write_copy(directory, name, source)
             self._refs[key] = self._refs.get(key, 0) + 1
         return path
 
-    def release(self, tenant: str, path: Path) -> None:
+    def release(self, tenant_id: str, path: Path) -> None:
         """The call that acquired ``path`` has ended; a copy that is no longer current
         goes with its last call."""
-        key = (tenant, path.name.removesuffix(".py"))
-        with self._lock(tenant):
+        key = (tenant_id, path.name.removesuffix(".py"))
+        with self._lock(tenant_id):
             left = self._refs.get(key, 0) - 1
             if left > 0:
                 self._refs[key] = left
                 return
             self._refs.pop(key, None)
-            current = self._current.get(tenant)
+            current = self._current.get(tenant_id)
             if current is not None and key[1] not in current:
                 _unlink(path)
 
-    def collect(self, tenant: str, current: Iterable[str]) -> int:
+    def collect(self, tenant_id: str, current: Iterable[str]) -> int:
         """Remove the tenant's copies that are not ``current`` (SHA-256s) and not in use;
         those in use are removed when released. Returns how many were removed."""
         keep = set(current)
         removed = 0
-        with self._lock(tenant):
-            self._current[tenant] = keep
+        with self._lock(tenant_id):
+            self._current[tenant_id] = keep
             try:
-                names = os.listdir(self.tenant_dir(tenant))
+                names = os.listdir(self.tenant_dir(tenant_id))
             except (FileNotFoundError, NotADirectoryError):
                 return 0
             for name in names:
                 digest = name.removesuffix(".py")
                 if _OBJECT.fullmatch(name) and digest in keep:
                     continue
-                if self._refs.get((tenant, digest), 0) > 0:
+                if self._refs.get((tenant_id, digest), 0) > 0:
                     continue  # goes when released
-                _unlink(self.tenant_dir(tenant) / name)
+                _unlink(self.tenant_dir(tenant_id) / name)
                 removed += 1
         if removed:
-            log.info("tool_copies_removed", tenant=tenant, removed=removed)
+            log.info("tool_copies_removed", tenant_id=tenant_id, removed=removed)
         return removed
 
     def tenants(self) -> list[str]:
