@@ -148,8 +148,9 @@ def test_files(e2b_env: str) -> None:
         assert not sbx.files.exists("/home/user/notes/z.txt")
         with pytest.raises(FileNotFoundException):
             sbx.files.read("/home/user/notes/z.txt")
-        with pytest.raises((FileNotFoundException, NotFoundException)):
-            sbx.files.read("/etc/passwd")  # only /home/user and /tmp are the session's
+        for outside in ("/etc/passwd", "/b.bin", "/workspace/b.bin"):
+            with pytest.raises((FileNotFoundException, NotFoundException)):
+                sbx.files.read(outside)  # only /home/user and /tmp are the session's
         with pytest.raises(SandboxException):
             sbx.files.read("/home/user/../../etc/passwd")
     finally:
@@ -164,8 +165,10 @@ def test_wrong_key_is_the_sdks_authentication_error(e2b_env: str) -> None:
 def test_an_auditor_key_is_refused(navi: Server, tenant: tuple[str, str],
                                    e2b_env: str) -> None:
     auditor = navi.token_for(tenant[0], "auditor")
-    with pytest.raises(SandboxException, match="auditor"):
+    with pytest.raises(SandboxException, match="may not use sandboxes"):
         Sandbox.create(api_key=auditor)
+    with pytest.raises(SandboxException, match="may not use sandboxes"):
+        Sandbox.list(api_key=auditor).next_items()
 
 
 def test_another_tenants_sandbox_is_not_found(navi: Server, e2b_env: str) -> None:
