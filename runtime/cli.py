@@ -18,6 +18,7 @@ from runtime.commands import (
     secrets,
     serve,
     tokens,
+    tools_cli,
 )
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(mcp.app, name="mcp")
 app.add_typer(secrets.app, name="secrets")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(tools_cli.app, name="tools")
 
 
 def main() -> None:

@@ -69,6 +69,7 @@ from runtime.store import Store
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
 from runtime.tools import build_tools
+from runtime.tools.user.migrate import migrate_at_start
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import call_on_loop, release_idle
 
@@ -121,6 +122,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         logs = settings.data_dir / "processes"  # background processes' output logs
         workspaces.count_also = lambda tenant_id: (  # in the tenants' disk quotas
             copies.objects.tenant_bytes(tenant_id) + tenant_log_bytes(logs, tenant_id))
+        await migrate_at_start(copies, audit)  # tenant tools a new built-in's name took
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
         await tools.open()
         opened.append(tools.close)

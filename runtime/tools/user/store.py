@@ -230,7 +230,8 @@ class UserToolStore:
                 f"file {filename} declares name {descriptor.name!r}; it must be {stem!r}"
             )
         if descriptor.name in self.reserved:
-            raise ToolLoadError(f"{descriptor.name!r} is the name of a built-in tool")
+            raise ToolLoadError(f"{descriptor.name!r} is the name of a built-in tool; "
+                                "`navi tools migrate` (or a server start) renames it")
         if descriptor.name in catalog.tools:
             raise ToolLoadError(f"name {descriptor.name!r} is already used by a shipped tool")
         recorded = hashes.get(stem)
