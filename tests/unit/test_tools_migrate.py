@@ -76,7 +76,7 @@ def test_a_file_changed_behind_the_runtime_is_not_renamed(tmp_path: Path) -> Non
 
 
 def test_only_the_name_literal_changes() -> None:
-    source = 'x = 1\nname = "grep"   # a name\nnote = "grep"\n'.encode()
+    source = b'x = 1\nname = "grep"   # a name\nnote = "grep"\n'
     assert renamed_source(source, "grep", "grep_user") == (
         b'x = 1\nname = "grep_user"   # a name\nnote = "grep"\n')
 
