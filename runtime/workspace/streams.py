@@ -17,6 +17,7 @@ from types import TracebackType
 
 from runtime.errors import InvalidPath, PayloadTooLarge
 from runtime.workspace.actas import acting_as, as_owner
+from runtime.workspace.disk_io import later
 from runtime.workspace.fs import Resolver, classify, raise_mapped
 from runtime.workspace.models import FileEntry
 from runtime.workspace.paths import RESERVED_PREFIX
@@ -212,5 +213,7 @@ class AtomicWriter:
             self.abort()
 
     def __del__(self) -> None:
+        # never here: the finalizer may run on the event loop, and an unlink waits out a
+        # frozen filesystem (a snapshot's copy)
         if getattr(self, "_dir_fd", -1) >= 0 or getattr(self, "_fd", -1) >= 0:
-            self.abort()
+            later(self.abort)

@@ -26,6 +26,7 @@ from runtime.api.schemas import FileEntryOut
 from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
 from runtime.nodes import OpenFiles
+from runtime.workspace import disk_io
 from runtime.workspace.tmpdir import Root, shown, split_root
 
 router = APIRouter(prefix="/v1/sessions", tags=["files"])
@@ -113,8 +114,8 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
                     await asyncio.to_thread(writer.write, chunk)
             entry = await asyncio.to_thread(writer.commit)
         except BaseException:
-            with contextlib.suppress(Exception):
-                writer.abort()
+            with contextlib.suppress(Exception):  # off the loop: the disk may be frozen
+                await disk_io.run(writer.abort)
             raise
     finally:
         ws.close()
