@@ -1,0 +1,205 @@
+"""Commands and the code interpreter through the real E2B SDKs (`e2b` 2.63 and
+`e2b-code-interpreter` 2.11, sync) against a real `navi serve` and the real Docker engine.
+
+Every command the SDK starts is a Navi process (a container of its own): foreground and
+background runs, streamed callbacks, stdin, kill, list, reconnect; run_code keeps state in a
+Navi kernel, returns a PNG and a DataFrame's HTML, and contexts are kernels apart. A tenant
+whose profile denies execution gets the SDK's error naming the rule; every command and
+execute is in the audit with the sandbox's id as its session."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2b import CommandExitException, Sandbox, SandboxException
+from e2b_code_interpreter import Sandbox as CodeSandbox
+
+from tests.e2e.conftest import Server, start_server, stop_server
+
+pytestmark = pytest.mark.docker
+
+POLICY = Path(__file__).parent / "policies" / "e2b.yaml"
+E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+
+
+@pytest.fixture(scope="module")
+def navi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("e2b_cmd"), policy=POLICY,
+                       extra_env={"NAVI_EMBEDDED_MODEL": "off", "NAVI_WARM_POOL_SIZE": "0"},
+                       ready_s=120)
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def tenant(navi: Server) -> tuple[str, str]:
+    return navi.tenant_with_user()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def e2b_env(navi: Server, tenant: tuple[str, str]) -> Iterator[str]:
+    saved = {k: os.environ.get(k) for k in E2B_VARS}
+    os.environ["E2B_API_URL"] = f"{navi.url}/e2b"
+    os.environ["E2B_SANDBOX_URL"] = f"{navi.url}/e2b"
+    os.environ["E2B_API_KEY"] = tenant[1]
+    try:
+        yield tenant[1]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def sbx() -> Iterator[Sandbox]:
+    sandbox = Sandbox.create(envs={"GREETING": "hello from envs"})
+    yield sandbox
+    sandbox.kill()
+
+
+def _audit(navi: Server, tenant_id: str) -> list[dict[str, object]]:
+    with navi.client(navi.admin_token) as admin:
+        resp = admin.get("/v1/audit", params={"tenant": tenant_id, "limit": 10000})
+        resp.raise_for_status()
+        return list(resp.json())
+
+
+def test_foreground_run_with_envs_cwd_and_callbacks(sbx: Sandbox) -> None:
+    seen: list[str] = []
+    # stderr apart from stdout: Navi's process log is one stream, so what a command writes
+    # before the SDK's stream is attached (its first moments) comes as stdout
+    result = sbx.commands.run("echo $GREETING; sleep 1; echo oops >&2", on_stdout=seen.append)
+    assert result.exit_code == 0
+    assert "hello from envs" in result.stdout
+    assert "oops" in result.stderr and "oops" not in result.stdout
+    assert "hello from envs" in "".join(seen)
+    sbx.files.write("/home/user/data/in.txt", "42")
+    got = sbx.commands.run("cat in.txt", cwd="/home/user/data", envs={"X": "1"})
+    assert got.stdout.strip() == "42"
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("exit 3")
+    assert failed.value.exit_code == 3
+
+
+def test_a_command_writes_what_files_read(sbx: Sandbox) -> None:
+    sbx.commands.run("echo made-by-command > /home/user/out.txt")
+    assert sbx.files.read("/home/user/out.txt").strip() == "made-by-command"
+
+
+def test_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    pids = [p.pid for p in sbx.commands.list()]
+    assert handle.pid in pids
+    sbx.commands.send_stdin(handle.pid, "ping\n")
+    out: list[str] = []
+    for stdout, _, _ in handle:
+        if stdout:
+            out.append(stdout)
+        if "ping" in "".join(out):
+            break
+    assert "ping" in "".join(out)
+    again = sbx.commands.connect(handle.pid)  # a second client: new output only
+    sbx.commands.send_stdin(handle.pid, "pong\n")
+    for stdout, _, _ in again:
+        if stdout and "pong" in stdout:
+            break
+    assert sbx.commands.kill(handle.pid)
+    with pytest.raises(CommandExitException):
+        again.wait()
+    assert handle.pid not in [p.pid for p in sbx.commands.list()]
+
+
+def test_closing_the_stream_does_not_stop_the_command(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("sleep 2; echo done > /home/user/bg.txt", background=True)
+    handle.disconnect()
+    deadline = time.monotonic() + 60
+    while not sbx.files.exists("/home/user/bg.txt") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert sbx.files.read("/home/user/bg.txt").strip() == "done"
+
+
+def test_commands_are_navi_processes_audited(navi: Server, tenant: tuple[str, str],
+                                             sbx: Sandbox) -> None:
+    sbx.commands.run("echo audited")
+    with navi.client(tenant[1]) as api:
+        listed = api.get(f"/v1/sessions/{sbx.sandbox_id}/processes").json()
+    assert any(p["command"] == "echo audited" for p in listed)
+    starts = [r for r in _audit(navi, tenant[0])
+              if r.get("action") == "process.start" and r.get("session") == sbx.sandbox_id]
+    assert starts
+
+
+@pytest.fixture(scope="module")
+def locked_key(navi: Server) -> str:
+    """A key of tenant `locked`, whose profile (secretary) denies group:exec."""
+    return navi.tenant_with_user("locked")[1]
+
+
+def test_policy_refusal_reaches_the_sdk_with_its_rule(locked_key: str) -> None:
+    locked = Sandbox.create(api_key=locked_key)
+    try:
+        locked.files.write("ok.txt", "files are allowed")
+        with pytest.raises(SandboxException, match="group:exec|profiles.secretary"):
+            locked.commands.run("echo no")
+    finally:
+        locked.kill()
+
+
+def test_pty_is_not_offered(sbx: Sandbox) -> None:
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    with pytest.raises(SandboxException, match="not offered"):
+        sbx.pty.create(PtySize(rows=24, cols=80))
+
+
+@pytest.fixture(scope="module")
+def code() -> Iterator[CodeSandbox]:
+    sandbox = CodeSandbox.create()
+    yield sandbox
+    sandbox.kill()
+
+
+def test_run_code_keeps_state_and_streams(code: CodeSandbox) -> None:
+    code.run_code("x = 41")
+    seen: list[str] = []
+    execution = code.run_code("print('hi'); x + 1", on_stdout=lambda m: seen.append(m.line))
+    assert execution.text == "42"
+    assert execution.logs.stdout == ["hi\n"]
+    assert any("hi" in s for s in seen)
+    failed = code.run_code("1/0")
+    assert failed.error is not None and failed.error.name == "ZeroDivisionError"
+
+
+def test_run_code_png_and_dataframe(code: CodeSandbox) -> None:
+    chart = code.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+    assert any(r.png for r in chart.results), chart
+    frame = code.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+    assert any(r.html and "<table" in r.html for r in frame.results), frame
+
+
+def test_contexts_are_kernels_apart(code: CodeSandbox) -> None:
+    ctx = code.create_code_context()
+    code.run_code("y = 'in context'", context=ctx)
+    assert code.run_code("y", context=ctx).text == "'in context'"
+    assert code.run_code("'y' in dir()").text == "False"
+    assert ctx.id in [c.id for c in code.list_code_contexts()]
+    code.restart_code_context(ctx)
+    assert code.run_code("'y' in dir()", context=ctx).text == "False"
+    code.remove_code_context(ctx)
+    assert ctx.id not in [c.id for c in code.list_code_contexts()]
+
+
+def test_run_code_is_refused_by_policy(locked_key: str) -> None:
+    locked = CodeSandbox.create(api_key=locked_key)
+    try:
+        execution = locked.run_code("1 + 1")
+        assert execution.error is not None
+        assert "group:exec" in execution.error.value or "secretary" in execution.error.value
+    finally:
+        locked.kill()
