@@ -34,6 +34,7 @@ from runtime.api.routes import (
 )
 from runtime.api.routes import kernels as kernel_routes
 from runtime.api.routes import messages as message_routes
+from runtime.api.routes import ports as port_routes
 from runtime.api.routes import profiles as profile_routes
 from runtime.api.routes import questions as question_routes
 from runtime.api.routes import (
@@ -246,5 +247,6 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    question_routes.router, kernel_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
+    app.include_router(port_routes.router)
     app.include_router(web_routes.router)
     return app
