@@ -4,10 +4,13 @@
 // fragment (nothing is assigned to innerHTML of a live node). Links open in a new tab without
 // a referrer; Markdown images become links (the CSP allows only this origin and blob: images,
 // so a remote picture could not load anyway). Code blocks get a language label and a copy
-// button. The libraries are vendored: see ../vendor/VENDORED.md.
+// button, and are highlighted by highlight.js when their language is one it knows; its HTML
+// (spans with hljs-* classes around escaped text) goes through DOMPurify too. The libraries
+// are vendored: see ../vendor/VENDORED.md.
 
 import { Marked } from "../vendor/marked/marked.esm.js";
 import DOMPurify from "../vendor/dompurify/purify.es.js";
+import hljs from "../vendor/highlight/highlight.min.js";
 import { h } from "./dom.js";
 
 const ALLOWED_TAGS = ["a", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4",
@@ -17,6 +20,9 @@ const ALLOWED_ATTR = ["href", "title", "class", "start", "align", "type", "check
   "disabled"];
 const SAFE_URL = /^(?:https?:|mailto:|#)/i;
 const LANGUAGE_CLASS = /^language-[\w+#.-]{1,32}$/;
+// highlight.js's token classes: "hljs-keyword", "hljs-title function_", "language-css"
+const HIGHLIGHT_CLASS = /^(?:hljs-[a-z-]{1,32}|language-[\w+#.-]{1,32})(?: [a-z]{1,16}_{1,2}){0,3}$/;
+const HIGHLIGHT_MAX_CHARS = 100000; // larger blocks stay plain: highlighting them would stall
 const COPIED_MS = 1500;
 
 function escapeHtml(text) {
@@ -50,7 +56,9 @@ purify.addHook("afterSanitizeAttributes", (node) => {
     }
   }
   if (node.hasAttribute && node.hasAttribute("class")) {
-    const keep = node.tagName === "CODE" && LANGUAGE_CLASS.test(node.getAttribute("class"));
+    const cls = node.getAttribute("class");
+    const keep = (node.tagName === "CODE" && LANGUAGE_CLASS.test(cls))
+      || (node.tagName === "SPAN" && HIGHLIGHT_CLASS.test(cls));
     if (!keep) node.removeAttribute("class");
   }
   if (node.tagName === "INPUT") {
@@ -64,6 +72,26 @@ const CONFIG = {
   ALLOWED_TAGS, ALLOWED_ATTR, ALLOW_DATA_ATTR: false, ALLOW_ARIA_ATTR: false,
   ALLOWED_URI_REGEXP: SAFE_URL, RETURN_DOM_FRAGMENT: true,
 };
+const HIGHLIGHT_CONFIG = {
+  ALLOWED_TAGS: ["span"], ALLOWED_ATTR: ["class"], ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false, RETURN_DOM_FRAGMENT: true,
+};
+
+// Colour the text of `code` as `lang` (a name or alias highlight.js knows); false, and the
+// block left as it was, for an unknown language or a very large block.
+export function highlightCode(code, lang) {
+  const text = code.textContent;
+  if (!lang || text.length > HIGHLIGHT_MAX_CHARS || !hljs.getLanguage(lang)) return false;
+  let html;
+  try {
+    html = hljs.highlight(text, { language: lang, ignoreIllegals: true }).value;
+  } catch {
+    return false;
+  }
+  code.replaceChildren(purify.sanitize(html, HIGHLIGHT_CONFIG));
+  code.classList.add("hljs");
+  return true;
+}
 
 // Markdown text -> a sanitised DocumentFragment, ready to append.
 export function renderMarkdown(text) {
@@ -91,6 +119,7 @@ export function decorateCode(pre, { label = null, copy = null } = {}) {
   const block = h("div", { class: "code-block" });
   pre.replaceWith(block);
   block.append(bar, pre);
+  highlightCode(code, lang);
   return block;
 }
 
