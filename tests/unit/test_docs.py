@@ -42,3 +42,27 @@ def test_no_code_points_to_a_design_document_outside_the_repository() -> None:
                 for n, line in enumerate(path.read_text().splitlines(), 1)
                 if word.search(line)]
     assert pointing == []
+
+
+PARAM = re.compile(r"\{[^}]*\}|<[^>]*>")  # {session_id}, {id}, <path>: one parameter
+
+
+def _documented_routes() -> set[str]:
+    text = DOCS.replace("$S", "{id}")
+    found = re.findall(r"\b(GET|POST|PUT|PATCH|DELETE) (/v1/[^\s`?,)]+)", text)
+    return {method + " " + PARAM.sub("{}", path) for method, path in found}
+
+
+def test_every_route_is_in_the_api_reference() -> None:
+    """Each method and path of the served API (its OpenAPI document) is written somewhere in
+    docs/ as `METHOD /v1/...` (docs/api.md lists them all; a feature page may too)."""
+    import tempfile
+
+    from runtime.api.app import create_app
+
+    with tempfile.TemporaryDirectory() as data:
+        spec = create_app(Settings(data_dir=Path(data))).openapi()
+    served = {method.upper() + " " + PARAM.sub("{}", path)
+              for path, ops in spec["paths"].items() for method in ops}
+    missing = sorted(served - _documented_routes())
+    assert missing == [], f"add these to docs/api.md's route tables: {missing}"
