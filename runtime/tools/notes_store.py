@@ -61,23 +61,23 @@ class NotesStore(SqliteFile):
 
     # ---- todo ------------------------------------------------------------------------
 
-    async def todos(self, tenant: str, session: str) -> list[dict[str, Any]]:
+    async def todos(self, tenant_id: str, session: str) -> list[dict[str, Any]]:
         db = await self._conn()
         async with db.execute(
             "SELECT id, title, status FROM todos WHERE tenant = ? AND session = ? ORDER BY id",
-            (tenant, session),
+            (tenant_id, session),
         ) as cur:
             rows = await cur.fetchall()
         return [{"id": r[0], "title": r[1], "status": r[2]} for r in rows]
 
     async def add_todo(
-        self, tenant: str, session: str, title: str, status: TodoStatus = "pending"
+        self, tenant_id: str, session: str, title: str, status: TodoStatus = "pending"
     ) -> int:
         title = _check_title(title)
         db = await self._conn()
         async with db.execute(
             "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM todos WHERE tenant = ? AND session = ?",
-            (tenant, session),
+            (tenant_id, session),
         ) as cur:
             row = await cur.fetchone()
         count, last = (row[0], row[1]) if row else (0, 0)
@@ -87,14 +87,14 @@ class NotesStore(SqliteFile):
         await db.execute(
             "INSERT INTO todos (tenant, session, id, title, status, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (tenant, session, new_id, title, status, time.time()),
+            (tenant_id, session, new_id, title, status, time.time()),
         )
         await db.commit()
         return new_id
 
     async def update_todo(
         self,
-        tenant: str,
+        tenant_id: str,
         session: str,
         item_id: int,
         *,
@@ -115,52 +115,52 @@ class NotesStore(SqliteFile):
         cur = await db.execute(
             f"UPDATE todos SET {', '.join(sets)}, updated_at = ? "
             "WHERE tenant = ? AND session = ? AND id = ?",
-            (*values, time.time(), tenant, session, item_id),
+            (*values, time.time(), tenant_id, session, item_id),
         )
         await db.commit()
         if cur.rowcount == 0:
             raise NotFound(f"no todo item {item_id}")
 
-    async def remove_todo(self, tenant: str, session: str, item_id: int) -> None:
+    async def remove_todo(self, tenant_id: str, session: str, item_id: int) -> None:
         db = await self._conn()
         cur = await db.execute(
             "DELETE FROM todos WHERE tenant = ? AND session = ? AND id = ?",
-            (tenant, session, item_id),
+            (tenant_id, session, item_id),
         )
         await db.commit()
         if cur.rowcount == 0:
             raise NotFound(f"no todo item {item_id}")
 
-    async def set_todos(self, tenant: str, session: str,
+    async def set_todos(self, tenant_id: str, session: str,
                         items: list[tuple[str, TodoStatus]]) -> None:
         """Replace the whole list (ids from 1, in order) in one transaction."""
         if len(items) > MAX_TODOS:
             raise InvalidInput(f"the todo list holds at most {MAX_TODOS} items")
-        rows = [(tenant, session, i, _check_title(title), status, time.time())
+        rows = [(tenant_id, session, i, _check_title(title), status, time.time())
                 for i, (title, status) in enumerate(items, 1)]
         db = await self._conn()
-        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant_id, session))
         await db.executemany(
             "INSERT INTO todos (tenant, session, id, title, status, updated_at) "
             "VALUES (?, ?, ?, ?, ?, ?)", rows)
         await db.commit()
 
-    async def clear_todos(self, tenant: str, session: str) -> None:
+    async def clear_todos(self, tenant_id: str, session: str) -> None:
         db = await self._conn()
-        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant_id, session))
         await db.commit()
 
     # ---- scratchpad --------------------------------------------------------------------
 
-    async def scratchpad(self, tenant: str, session: str) -> str:
+    async def scratchpad(self, tenant_id: str, session: str) -> str:
         db = await self._conn()
         async with db.execute(
-            "SELECT content FROM scratchpads WHERE tenant = ? AND session = ?", (tenant, session)
+            "SELECT content FROM scratchpads WHERE tenant = ? AND session = ?", (tenant_id, session)
         ) as cur:
             row = await cur.fetchone()
         return str(row[0]) if row else ""
 
-    async def set_scratchpad(self, tenant: str, session: str, content: str) -> None:
+    async def set_scratchpad(self, tenant_id: str, session: str, content: str) -> None:
         if len(content) > MAX_SCRATCHPAD_CHARS:
             raise InvalidInput(f"the scratchpad holds at most {MAX_SCRATCHPAD_CHARS} characters")
         db = await self._conn()
@@ -168,32 +168,32 @@ class NotesStore(SqliteFile):
             "INSERT INTO scratchpads (tenant, session, content, updated_at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (tenant, session) DO UPDATE SET content = excluded.content, "
             "updated_at = excluded.updated_at",
-            (tenant, session, content, time.time()),
+            (tenant_id, session, content, time.time()),
         )
         await db.commit()
 
-    async def note(self, tenant: str, session: str, name: str) -> str | None:
+    async def note(self, tenant_id: str, session: str, name: str) -> str | None:
         db = await self._conn()
         async with db.execute(
             "SELECT content FROM notes WHERE tenant = ? AND session = ? AND name = ?",
-            (tenant, session, name),
+            (tenant_id, session, name),
         ) as cur:
             row = await cur.fetchone()
         return str(row[0]) if row else None
 
-    async def set_note(self, tenant: str, session: str, name: str, content: str) -> None:
+    async def set_note(self, tenant_id: str, session: str, name: str, content: str) -> None:
         """Create or replace note `name`; an empty content deletes it."""
         if len(content) > MAX_SCRATCHPAD_CHARS:
             raise InvalidInput(f"a note holds at most {MAX_SCRATCHPAD_CHARS} characters")
         db = await self._conn()
         if not content:
             await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ? AND name = ?",
-                             (tenant, session, name))
+                             (tenant_id, session, name))
             await db.commit()
             return
         async with db.execute(
             "SELECT COUNT(*) FROM notes WHERE tenant = ? AND session = ? AND name != ?",
-            (tenant, session, name),
+            (tenant_id, session, name),
         ) as cur:
             row = await cur.fetchone()
         if row and row[0] >= MAX_NOTES:
@@ -202,26 +202,26 @@ class NotesStore(SqliteFile):
             "INSERT INTO notes (tenant, session, name, content, updated_at) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session, name) DO UPDATE SET "
             "content = excluded.content, updated_at = excluded.updated_at",
-            (tenant, session, name, content, time.time()),
+            (tenant_id, session, name, content, time.time()),
         )
         await db.commit()
 
-    async def notes(self, tenant: str, session: str) -> list[tuple[str, int]]:
+    async def notes(self, tenant_id: str, session: str) -> list[tuple[str, int]]:
         """(name, characters) of the session's named notes, by name."""
         db = await self._conn()
         async with db.execute(
             "SELECT name, length(content) FROM notes WHERE tenant = ? AND session = ? "
-            "ORDER BY name", (tenant, session),
+            "ORDER BY name", (tenant_id, session),
         ) as cur:
             rows = await cur.fetchall()
         return [(str(r[0]), int(r[1])) for r in rows]
 
-    async def drop_session(self, tenant: str, session: str) -> None:
+    async def drop_session(self, tenant_id: str, session: str) -> None:
         db = await self._conn()
-        await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ?", (tenant, session))
-        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant, session))
+        await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ?", (tenant_id, session))
+        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant_id, session))
         await db.execute(
-            "DELETE FROM scratchpads WHERE tenant = ? AND session = ?", (tenant, session)
+            "DELETE FROM scratchpads WHERE tenant = ? AND session = ?", (tenant_id, session)
         )
         await db.commit()
 
