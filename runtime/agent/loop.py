@@ -30,6 +30,7 @@ from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore
 from runtime.agent.llm import types as llm
+from runtime.agent.models import ModelBlacklist, none_left, profile_models, skippable
 from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import Situation, annotate, system_prompt
 from runtime.agent.token_check import check_token
@@ -73,6 +74,8 @@ class TurnSetup:
     turn_id: str
     content: str
     parent_call: str | None = None  # a sub-agent's: the spawn_agent call it answers
+    models: list[str] = field(default_factory=list)  # the profile's priority list (or none)
+    blacklist: ModelBlacklist | None = None  # models that failed lately (server-wide)
 
 
 class Turn:
@@ -85,6 +88,7 @@ class Turn:
         self._live: list[str] = []
         self.runner: ToolRunner | None = None
         self.offered_names: list[str] = []
+        self._started = False  # the current model call has produced output
         service = getattr(setup.services, "snapshots", None)
         self.checkpoint = (TurnSnapshots(service, setup.services, lambda: self.s.subject,
                                          setup.turn_id, events.emit)
@@ -201,6 +205,8 @@ class Turn:
         agent = getattr(s.services, "agent", None)
         if agent is not None:
             s.profile = agent.profiles.get(record.profile)
+            s.models = profile_models(s.profile.model, s.profile.models, agent.settings.model)
+            s.model = s.models[0]
         log.info("turn_profile_switched", turn=s.turn_id, profile=record.profile)
         return True
 
@@ -285,12 +291,41 @@ class Turn:
         return answer
 
     async def _answer(self, request: llm.ChatRequest) -> Answer:
+        """From the first usable model of the profile's list; a model that fails before
+        its answer starts is skipped (for a while, with a notice) and the next one asked."""
+        s = self.s
+        if len(s.models) < 2 or s.blacklist is None:
+            return await self._answer_from(request)
+        problems: list[str] = []
+        for model in s.blacklist.usable(s.models):
+            self._started = False
+            try:
+                answer = await self._answer_from(request.model_copy(update={"model": model}))
+            except NaviError as exc:
+                if self._started or not skippable(exc):
+                    raise
+                s.blacklist.failed(model)
+                problems.append(f"{model}: {clip(exc.message, 300)}")
+                log.warning("model_skipped", model=model, code=exc.code,
+                            blacklisted_s=s.blacklist.blacklist_s)
+                self.events.emit(NoticeEvent(
+                    turn_id=s.turn_id, phase="model_fallback", message=clip(
+                        f"Model {model} failed before answering ({exc.message}); it is "
+                        f"skipped for {s.blacklist.blacklist_s:g} s.", 2000)))
+                continue
+            s.blacklist.succeeded(model)
+            return answer
+        raise none_left(s.models, problems)
+
+    async def _answer_from(self, request: llm.ChatRequest) -> Answer:
         answer = Answer()
         text = self._live = []
         thinking: list[str] = []
         size = 0
         async with contextlib.aclosing(self.s.backend.stream(request)) as chunks:
             async for chunk in chunks:
+                if not isinstance(chunk, llm.Notice):
+                    self._started = True  # output reached the user: no silent switch now
                 if isinstance(chunk, llm.ThinkingDelta | llm.TextDelta):
                     size += len(chunk.text)
                     if size > ANSWER_TEXT:

@@ -57,6 +57,10 @@ class AgentProfile(BaseModel):
         default_factory=lambda: ["*"],
         description="tool names or groups (`group:exec`); `*` for every tool the policy allows")
     model: str | None = Field(None, description="model name; null: the server's NAVI_MODEL")
+    models: list[str] | None = Field(
+        None, min_length=1, max_length=8,
+        description="models tried in order for each model call (after `model` when both are "
+        "set); one that fails before answering is skipped for NAVI_MODEL_BLACKLIST_S")
     temperature: float | None = Field(0.3, ge=0, le=2)
     max_iterations: int = Field(10, ge=1, le=100)
     think: bool | None = Field(None, description="ask the model to think (when it can)")
@@ -65,6 +69,14 @@ class AgentProfile(BaseModel):
     stall_repeats: int = Field(3, ge=2, le=20,
                                description="the same call this many times ends the turn")
     thinking: ThinkingMechanics = Field(default_factory=lambda: ThinkingMechanics())
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or []:
+            if not isinstance(item, str) or not item.strip() or len(item) > 200:
+                raise ValueError(f"bad model name {item!r}")
+        return value
 
     @field_validator("tools")
     @classmethod

@@ -18,6 +18,7 @@ from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore, StoredMessage
 from runtime.agent.llm import LLMBackend, build_backend
 from runtime.agent.loop import Turn, TurnSetup
+from runtime.agent.models import ModelBlacklist, profile_models
 from runtime.agent.profiles import ProfileSet, load_persona
 from runtime.config import Settings
 from runtime.errors import Conflict
@@ -48,6 +49,7 @@ class AgentService:
         self.backend = backend
         self.persona = persona
         self._turns: dict[str, RunningTurn] = {}
+        self.blacklist = ModelBlacklist(settings.model_blacklist_s)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentService:
@@ -71,10 +73,11 @@ class AgentService:
         try:
             await history.append(session, turn_id, "user", content)
             profile = self.profiles.get(subject.profile)
+            models = profile_models(profile.model, profile.models, self.settings.model)
             setup = TurnSetup(services=services, backend=self.backend, history=history,
-                              profile=profile, persona=self.persona,
-                              model=profile.model or self.settings.model, subject=subject,
-                              turn_id=turn_id, content=content)
+                              profile=profile, persona=self.persona, model=models[0],
+                              subject=subject, turn_id=turn_id, content=content,
+                              models=models, blacklist=self.blacklist)
             turn = Turn(setup, TurnEvents(services.hub.bus(session), turn_id))
             turn.release = lambda: self._release(session, turn_id)
             running.task = asyncio.create_task(self._run(turn, session), name=f"turn {turn_id}")

@@ -21,6 +21,7 @@ from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageRole, MessageStore, StoredMessage
 from runtime.agent.loop import Turn, TurnSetup
+from runtime.agent.models import profile_models
 from runtime.agent.profiles import AgentProfile
 from runtime.errors import InvalidInput, NotFound
 from runtime.events import NESTED_TURN
@@ -101,10 +102,11 @@ class SubAgents:
         turn_id = new_turn_id()
         history = EphemeralHistory()
         await history.append(parent.session, turn_id, "user", task)
+        models = profile_models(bounded.model, bounded.models, agent.settings.model)
         setup = TurnSetup(services=services, backend=agent.backend, history=history,
-                          profile=bounded, persona=agent.persona,
-                          model=bounded.model or agent.settings.model, subject=child,
-                          turn_id=turn_id, content=task, parent_call=parent_call)
+                          profile=bounded, persona=agent.persona, model=models[0],
+                          subject=child, turn_id=turn_id, content=task,
+                          parent_call=parent_call, models=models, blacklist=agent.blacklist)
         turn = Turn(setup, TurnEvents(services.hub.bus(parent.session), turn_id))
         nested = NESTED_TURN.set((parent_call or "", turn_id))
         try:
