@@ -116,7 +116,9 @@ def test_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
 
 
 def test_closing_the_stream_does_not_stop_the_command(sbx: Sandbox) -> None:
-    handle = sbx.commands.run("sleep 2; echo done > /home/user/bg.txt", background=True)
+    # it writes while the stream is gone: the server notices the closed stream, and goes on
+    handle = sbx.commands.run("for i in 1 2 3 4 5 6; do echo tick; sleep 1; done; "
+                              "echo done > /home/user/bg.txt", background=True)
     handle.disconnect()
     deadline = time.monotonic() + 60
     while not sbx.files.exists("/home/user/bg.txt") and time.monotonic() < deadline:
