@@ -14,6 +14,7 @@ from bench.disk_bench import cli as disk_bench_cli
 from bench.engine_bench import cli as engine_bench_cli
 from bench.fairshare import cli as fairshare_cli
 from bench.kernel_bench import cli as kernel_bench_cli
+from bench.ports_bench import cli as ports_bench_cli
 from bench.processes_bench import cli as processes_bench_cli
 from bench.sessions_bench import cli as sessions_bench_cli
 from bench.soak import cli as soak_cli
@@ -32,6 +33,7 @@ app.command("cluster")(cluster_bench_cli)  # code and docs: bench/cluster_bench.
 app.command("sessions")(sessions_bench_cli)  # code and docs: bench/sessions_bench.py
 app.command("kernels")(kernel_bench_cli)  # code and docs: bench/kernel_bench.py
 app.command("processes")(processes_bench_cli)  # code and docs: bench/processes_bench.py
+app.command("ports")(ports_bench_cli)  # code and docs: bench/ports_bench.py
 
 
 @app.command("exec")

@@ -4,6 +4,7 @@
 
 import { describeError } from "./api.js";
 import { h, clear, toast } from "./dom.js";
+import { previewButtons } from "./previews.js";
 import { SessionListing } from "./session_listing.js";
 
 const SHOWN_CHARS = 64 * 1024; // what one process's output box keeps on screen
@@ -43,12 +44,13 @@ export class ProcessesPanel extends SessionListing {
         "aria-label": `Stop ${row.name || row.command}` });
       stop.addEventListener("click", () => this.stop(row.id));
       const state = h("span", { class: "file-meta process-state" });
+      const previews = previewButtons(this.api, this.session, row);
       const item = h("li", { class: "file process", dataset: { processId: row.id } },
         h("div", { class: "file-line" },
           h("span", { class: "file-name", text: row.name || row.command, title: row.command }),
           state),
-        h("div", { class: "actions" }, stop), pre);
-      entry = { row, item, pre, next: 0, state, stop, loading: false };
+        h("div", { class: "actions" }, ...previews, stop), pre);
+      entry = { row, item, pre, next: 0, state, stop, previews, loading: false };
       this.items.set(row.id, entry);
       this.list.append(item);
       this.el.hidden = false;
@@ -60,6 +62,7 @@ export class ProcessesPanel extends SessionListing {
       ? `running${row.ports && row.ports.length ? ` · ports ${row.ports.join(", ")}` : ""}`
       : `exited · ${row.reason} · code ${row.exit_code ?? "?"}`;
     entry.stop.hidden = row.state !== "running";
+    for (const button of entry.previews) button.hidden = row.state !== "running";
   }
 
   // What the log holds from where the box is (when it was opened, or events were missed).
