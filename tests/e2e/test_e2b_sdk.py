@@ -8,14 +8,17 @@ test_e2b_commands.py (they need the Docker engine)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from e2b import (
+    AsyncSandbox,
     AuthenticationException,
     FileNotFoundException,
     NotFoundException,
@@ -27,11 +30,12 @@ from e2b.sandbox.filesystem.filesystem import FileType
 from tests.e2e.conftest import Server, start_server, stop_server
 
 E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+POLICY = Path(__file__).parent / "policies" / "e2b.yaml"  # upload_mb 8, session disk 64 MiB
 
 
 @pytest.fixture(scope="module")
 def navi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("e2b"),
+    srv = start_server(tmp_path_factory.mktemp("e2b"), policy=POLICY,
                        extra_env={"NAVI_EMBEDDED_MODEL": "off"}, ready_s=120)
     yield srv
     stop_server(srv)
@@ -242,3 +246,55 @@ def test_errors_are_e2bs_format(navi: Server, e2b_env: str) -> None:
     resp = httpx.post(f"{navi.url}/e2b/v2/sandboxes", json={"templateID": 7},
                       headers={"X-API-KEY": e2b_env})
     assert resp.status_code == 400 and resp.json()["code"] == 400
+
+
+def test_uploads_stream_under_the_upload_limit(e2b_env: str) -> None:
+    sbx = Sandbox.create()
+    try:
+        chunk = b"x" * (1 << 20)
+        sbx.files.write("/home/user/big.bin", iter([chunk] * 6))  # streamed: octet-stream
+        assert sbx.files.get_info("/home/user/big.bin").size == 6 << 20
+        with pytest.raises(SandboxException, match="413|limit|too large"):
+            sbx.files.write("/home/user/huge.bin", iter([chunk] * 9))  # the policy's 8 MiB
+        with pytest.raises(SandboxException, match="413|limit|too large"):
+            sbx.files.write("/home/user/huge.bin", b"y" * (9 << 20))  # multipart
+        assert not sbx.files.exists("/home/user/huge.bin")
+    finally:
+        sbx.kill()
+
+
+def test_connect_rpc_json_codec(navi: Server, e2b_env: str) -> None:
+    """The JSON codec works beside binary protobuf (E2B's JS SDK speaks JSON)."""
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("j.txt", "json")
+        resp = httpx.post(
+            f"{navi.url}/e2b/filesystem.Filesystem/Stat", json={"path": "/home/user/j.txt"},
+            headers={"Connect-Protocol-Version": "1", "E2b-Sandbox-Id": sbx.sandbox_id,
+                     "X-Access-Token": sbx._envd_access_token or ""})
+        assert resp.status_code == 200, resp.text
+        entry = resp.json()["entry"]
+        assert entry["name"] == "j.txt" and entry["type"] == "FILE_TYPE_FILE"
+        assert entry["path"] == "/home/user/j.txt" and int(entry["size"]) == 4
+        missing = httpx.post(
+            f"{navi.url}/e2b/filesystem.Filesystem/Stat", json={"path": "/home/user/no"},
+            headers={"Connect-Protocol-Version": "1", "E2b-Sandbox-Id": sbx.sandbox_id,
+                     "X-Access-Token": sbx._envd_access_token or ""})
+        assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    finally:
+        sbx.kill()
+
+
+def test_the_async_sdk(e2b_env: str) -> None:
+    async def scenario() -> None:
+        sbx = await AsyncSandbox.create()
+        try:
+            await sbx.files.write("/home/user/a.txt", "async")
+            assert await sbx.files.read("/home/user/a.txt") == "async"
+            assert [e.name for e in await sbx.files.list("/home/user")] == ["a.txt"]
+            assert await sbx.is_running()
+        finally:
+            await sbx.kill()
+        assert not await sbx.is_running()
+
+    asyncio.run(scenario())
