@@ -148,6 +148,10 @@ class ProcessService:
             raise connect_error(exc) from None
         except ValueError as exc:  # the spec's own bounds
             raise ConnectError(Code.INVALID_ARGUMENT, str(exc).splitlines()[0]) from None
+        close = getattr(processes, "close_stdin", None)
+        if not request.stdin and close is not None:  # E2B's stdin=False: EOF at once
+            with contextlib.suppress(NaviError):
+                await close(subject, info.id)
         pid = self.pids.add(caller.session.id, Started(info.id, config, request.tag or None))
         yield pb.StartResponse(event=_start_event(pid))
         async for event in self._follow(processes, subject, info.id, 0):
