@@ -176,7 +176,7 @@ class KernelBackend:
             code = request.stdin.decode("utf-8", errors="replace")
             outcome = await self._drive(kernel, request, {"op": "exec", "id": request.exec_id,
                                                           "code": code},
-                                        on_output, stop, got, run, began)
+                                        on_output, stop, got, run, time.monotonic())
             kernel.last_used_at = state.now()
         finally:
             kernel.lock.release()
@@ -238,7 +238,9 @@ class KernelBackend:
     async def _drive(self, kernel: LiveKernel, request: ExecRequest, job: dict[str, Any],
                      on_output: OutputCallback | None, stop: asyncio.Event, got: _Collected,
                      run: KernelRun, began: float) -> tuple[bool, bool]:
-        """Send `job`, read the kernel's events until its end; (timed out, kernel gone)."""
+        """Send `job`, read the kernel's events until its end; (timed out, kernel gone).
+        The timeout counts from `began`: the job's own start (a kernel's start is not the
+        code's time)."""
         container, limits = kernel.container, request.limits
         await container.send(job)
         deadline = began + limits.timeout_s

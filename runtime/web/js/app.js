@@ -407,9 +407,9 @@ class App {
       const text = code.value;
       if (!view || !text.trim()) return;
       const choice = $("#run-tool").value;
-      const body = choice === "terminal"
-        ? { tool: "terminal", args: { command: text } }
-        : { tool: "code_exec", args: { language: choice, code: text } };
+      let body = { tool: "code_exec", args: { language: choice, code: text } };
+      if (choice === "terminal") body = { tool: "terminal", args: { command: text } };
+      if (choice === "kernel") body = { tool: "kernel_exec", args: { code: text } };
       const timeout = Number($("#run-timeout").value);
       if (timeout > 0) body.timeout_s = timeout;
       try {

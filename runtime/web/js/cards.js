@@ -4,6 +4,7 @@
 
 import { h } from "./dom.js";
 import { decorateCode } from "./markdown.js";
+import { renderKernelResults } from "./kernel_results.js";
 import { renderLinks } from "./published.js";
 
 const OUTPUT_CAP = 200_000; // characters kept on screen per card; the full copy stays in files
@@ -145,6 +146,8 @@ export class ToolCard {
     }
     this.renderFooter(result);
     renderLinks(this.images, result); // share_file's link, content_publish's view
+    // kernel_exec: figures, tables (the event's `kernel`, or the exec answer's metadata)
+    renderKernelResults(this.images, result.kernel || result.metadata?.kernel);
     this.showImages(result, endTs);
   }
 
