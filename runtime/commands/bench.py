@@ -11,6 +11,7 @@ from bench.audit_bench import cli as audit_bench_cli
 from bench.bridges import cli as bridges_cli
 from bench.cluster_bench import cli as cluster_bench_cli
 from bench.disk_bench import cli as disk_bench_cli
+from bench.e2b_bench import cli as e2b_bench_cli
 from bench.engine_bench import cli as engine_bench_cli
 from bench.fairshare import cli as fairshare_cli
 from bench.kernel_bench import cli as kernel_bench_cli
@@ -25,6 +26,7 @@ from runtime.logging import configure_logging
 app = typer.Typer(help="Benchmarks; results go to bench/results/*.json.", no_args_is_help=True)
 app.command("audit")(audit_bench_cli)  # code and docs: bench/audit_bench.py
 app.command("disk")(disk_bench_cli)  # code and docs: bench/disk_bench.py
+app.command("e2b")(e2b_bench_cli)  # code and docs: bench/e2b_bench.py
 app.command("soak")(soak_cli)  # code and docs: bench/soak.py
 app.command("fairshare")(fairshare_cli)  # code and docs: bench/fairshare.py
 app.command("bridges")(bridges_cli)  # code and docs: bench/bridges.py
