@@ -67,3 +67,33 @@ def test_kill_9_then_adopt_or_end_and_no_container_outlives_its_record(
             assert not containers_of(docker_api, ticker)
     finally:
         stop_server(second)
+
+
+def test_a_clean_stop_ends_them_interrupted_unless_kept_for_the_next_start(
+        tmp_path: Path, docker_api: docker.APIClient) -> None:
+    keep = {"NAVI_PROCESS_KEEP_ON_SHUTDOWN": "1"}
+    first = start_server(tmp_path, extra_env=keep, ready_s=120)
+    try:
+        _, token = first.tenant_with_user()
+        with first.client(token) as client:
+            session = session_of(client)
+            pid = start(client, session, "while true; do echo alive; sleep 0.2; done")["id"]
+            wait_for(lambda: "alive" in output(client, session, pid)["output"])
+    finally:
+        stop_server(first)  # SIGTERM: kept running for the next start
+    [kept] = containers_of(docker_api, pid)
+    assert kept["State"] == "running"
+    second = start_server(tmp_path, ready_s=120)  # adopts it; its own stop ends it
+    try:
+        with second.client(token) as client:
+            assert info(client, session, pid)["state"] == "running"
+    finally:
+        stop_server(second)
+    assert not containers_of(docker_api, pid)
+    third = start_server(tmp_path, ready_s=120)
+    try:
+        with third.client(token) as client:
+            done = info(client, session, pid)
+            assert (done["state"], done["reason"]) == ("exited", "interrupted")
+    finally:
+        stop_server(third)
