@@ -205,3 +205,12 @@ def test_run_code_is_refused_by_policy(locked_key: str) -> None:
         assert "group:exec" in execution.error.value or "secretary" in execution.error.value
     finally:
         locked.kill()
+
+
+def test_the_docs_quick_start_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/e2b.md's first Python block, unchanged, with only the three variables set."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "e2b.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/e2b.md", "exec"), {})  # noqa: S102 (our own docs)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["hi", "", "1,2,3", "42"], printed
