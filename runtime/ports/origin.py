@@ -79,10 +79,12 @@ class PreviewApp:
             await _plain(send, 502, f"port_unreachable: {exc.message}")
 
 
-def free_port(host: str, wanted: int | None) -> tuple[socket.socket, bool]:
-    """A bound listening socket on ``wanted`` (else any free port); True if it is ``wanted``."""
+def free_port(host: str, wanted: int | None, *, fallback: bool = True
+              ) -> tuple[socket.socket, bool]:
+    """A bound listening socket on ``wanted`` (else, with ``fallback``, any free port); True
+    if it is ``wanted``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for port in ([wanted] if wanted else []) + [0]:
+    for port in ([wanted] if wanted else []) + ([0] if fallback or not wanted else []):
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -93,7 +95,7 @@ def free_port(host: str, wanted: int | None) -> tuple[socket.socket, bool]:
         sock.listen(128)
         sock.setblocking(False)
         return sock, port == wanted
-    raise OSError(f"no free port on {host}")
+    raise OSError(f"port {wanted} on {host} is taken" if wanted else f"no free port on {host}")
 
 
 class OriginServer:

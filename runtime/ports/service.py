@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runtime.errors import ConfigError
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.ports.hub import PortsHub
@@ -40,14 +41,17 @@ class PortsService:
 
     async def start(self, *, host: str, api_port: int, preview_port: int | None,
                     preview_url: str | None) -> None:
+        if preview_url is not None and "{link}" not in preview_url:
+            raise ConfigError("NAVI_PREVIEW_URL must hold {link} (each link's own host name)")
         wanted = preview_port or (api_port + 1 if api_port < 65535 else None)
-        sock, got = free_port(host, wanted)
+        try:  # a port the operator chose is that port or nothing
+            sock, got = free_port(host, wanted, fallback=preview_port is None)
+        except OSError as exc:
+            raise ConfigError(f"NAVI_PREVIEW_PORT: {exc}") from exc
         self.origin = OriginServer(PreviewApp(self), sock)
         await self.origin.start()
         if not got:
             log.warning("preview_port_taken", wanted=wanted, port=self.origin.port)
-        if preview_port is not None and not got:
-            log.warning("preview_port_fallback", reason="NAVI_PREVIEW_PORT is taken")
         template = preview_url or f"http://{{link}}.localhost:{self.origin.port}/"
         self.links = PreviewLinks(template)
         log.info("preview_origin", port=self.origin.port, url=template)

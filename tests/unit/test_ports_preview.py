@@ -201,3 +201,49 @@ async def test_post_bodies_and_keep_alive(rig: Rig) -> None:
             answer = await client.post(rig.origin + "/echo", content=b"x" * (i * 100000),
                                        headers={"Host": host_of(url)})
             assert answer.status_code == 200 and len(answer.content) == i * 100000
+
+
+async def test_the_preview_port_default_taken_explicit_and_template(tmp_path: Path) -> None:
+    """API port + 1 by default, a free one when that is taken; a chosen port that is taken
+    and a template without {link} refuse to start."""
+    import socket
+
+    from runtime.errors import ConfigError
+
+    async def alive(token_id: str) -> bool:
+        return True
+
+    api = free_port()
+    with socket.socket() as holder:
+        try:
+            holder.bind(("127.0.0.1", api + 1))
+        except OSError:
+            pytest.skip("the port after a free one is in use here")
+        holder.listen()
+        ports = PortsService(tmp_path / "a", token_alive=alive)
+        await ports.start(host="127.0.0.1", api_port=api, preview_port=None, preview_url=None)
+        try:
+            assert ports.origin is not None and ports.origin.port != api + 1
+            link = ports.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
+                                      token_id="x", expires_in_s=60)
+            assert ports.links.out(link).url.endswith(f".localhost:{ports.origin.port}/")
+        finally:
+            await ports.close()
+        refused = PortsService(tmp_path / "b", token_alive=alive)
+        with pytest.raises(ConfigError):
+            await refused.start(host="127.0.0.1", api_port=api, preview_port=api + 1,
+                                preview_url=None)
+    with pytest.raises(ConfigError):
+        await PortsService(tmp_path / "c", token_alive=alive).start(
+            host="127.0.0.1", api_port=api, preview_port=None,
+            preview_url="https://preview.example.org/")
+    templated = PortsService(tmp_path / "d", token_alive=alive)
+    await templated.start(host="127.0.0.1", api_port=api, preview_port=None,
+                          preview_url="https://{link}.preview.example.org")
+    try:
+        link = templated.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
+                                      token_id="x", expires_in_s=60)
+        url = templated.links.out(link).url
+        assert url == f"https://{link.label}.preview.example.org/"
+    finally:
+        await templated.close()
