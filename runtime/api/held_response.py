@@ -18,35 +18,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from runtime.errors import SessionBusy
 from runtime.logging import get_logger
 from runtime.nodes import OpenFiles
 from runtime.workspace.held_reads import HeldRead, HeldReads, Readable
+
+if TYPE_CHECKING:
+    from runtime.api.services import Services
 
 log = get_logger(__name__)
 
 CHUNK = 64 * 1024
 
 
-def hold(reads: HeldReads, tenant_id: str, session_id: str, files: OpenFiles,
-         reader: Readable) -> HeldRead:
-    """Register ``reader`` of the session's open ``files``: both stay open (the session's
-    lease with them) until the response ends or the session is deleted or restored."""
-    return reads.hold((tenant_id, session_id), reader, files.close)
+def hold(reads: HeldReads, tenant_id: str, session_id: str,
+         files: OpenFiles | Callable[[], None], reader: Readable) -> HeldRead:
+    """Register ``reader`` of the session's open ``files`` (or a release that closes them):
+    both stay open (the session's lease with them) until the response ends or the session
+    is deleted or restored."""
+    release = files if callable(files) else files.close
+    return reads.hold((tenant_id, session_id), reader, release)
+
+
+async def wait_unheld(services: Services, tenant_id: str, session_id: str, *,
+                      wait_s: float = 30.0) -> None:
+    """Wait, on the loop and not in a worker thread, while the session is held exclusively
+    (a restore's copy): a thread waiting there is one the whole server's pool lacks.
+    ``SessionBusy`` (409) after ``wait_s``."""
+    activity = services.workspaces.activity
+    deadline = time.monotonic() + wait_s
+    while activity.held((tenant_id, session_id)):
+        if time.monotonic() > deadline:
+            raise SessionBusy("the session is busy (a snapshot restore); try again")
+        await asyncio.sleep(0.05)
 
 
 class HeldFileResponse(StreamingResponse):
     """Streams ``held`` (its ``size`` bytes, as ``Content-Length``) and closes it."""
 
     def __init__(self, held: HeldRead, *, send_timeout_s: float, media_type: str,
-                 headers: dict[str, str]) -> None:
+                 headers: dict[str, str], prefix: bytes = b"") -> None:
         super().__init__(iter(()), media_type=media_type,
                          headers={**headers, "Content-Length": str(held.size)})
         self.held = held
         self.send_timeout_s = send_timeout_s
+        self.prefix = prefix  # bytes already read from ``held`` (to tell its type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -61,8 +84,10 @@ class HeldFileResponse(StreamingResponse):
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
+            prefix, self.prefix = self.prefix, b""
             while not ended.is_set():
-                chunk = await asyncio.to_thread(self.held.chunk, CHUNK)
+                chunk = prefix or await asyncio.to_thread(self.held.chunk, CHUNK)
+                prefix = b""
                 if not chunk:
                     break
                 if not await self._send(send, {"type": "http.response.body", "body": chunk,

@@ -30,7 +30,10 @@ from runtime.workspace.workspace import Workspace
 log = get_logger(__name__)
 
 Key = tuple[str, str]  # (tenant id, session id)
-EXCLUSIVE_WAIT_S = 30.0  # how long a new use waits behind an exclusive hold
+# how long a new use waits behind an exclusive hold (a restore's copy) in a worker thread
+# before 409 session_busy: short, the API waits out a longer hold without a thread
+# (``held``) before it asks for a lease
+EXCLUSIVE_WAIT_S = 5.0
 
 
 class Activity:
@@ -73,6 +76,11 @@ class Activity:
         """A use without a lease (the session was just made)."""
         with self._cond:
             self._used[key] = self.clock()
+
+    def held(self, key: Key) -> bool:
+        """Whether the session is held exclusively (a snapshot restore) right now."""
+        with self._cond:
+            return key in self._exclusive
 
     def busy(self, key: Key) -> bool:
         with self._cond:

@@ -96,6 +96,7 @@ class SessionDisks:
         self.enabled = loop_mounts_available() if enabled is None else enabled
         self._mounted: set[Path] = set()
         self._lock = threading.Lock()
+        self.copying = 0  # bytes admitted for copies being made (snapshots, tool copies)
 
     def image(self, session_dir: Path) -> Path:
         return session_dir.with_name(session_dir.name + ".img")
@@ -142,7 +143,8 @@ class SessionDisks:
         self.admit_tenant_bytes(tenant_dir, size, tenant_limit, also=also)
         st = os.statvfs(self.root)
         free = st.f_bavail * st.f_frsize
-        if (self._growth_left() + size) > (free - self.reserve_bytes) * self.overcommit:
+        if (self._growth_left() + self.copying + size) > \
+                (free - self.reserve_bytes) * self.overcommit:
             raise DiskFull("the server's data disk has no room for another session; "
                            "ask the operator to free space")
 

@@ -17,7 +17,21 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from runtime.errors import QuotaExceeded
+
 Key = tuple[str, str]  # (tenant id, session id)
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    lock, done = threading.Lock(), [False]
+
+    def call() -> None:
+        with lock:
+            if done[0]:
+                return
+            done[0] = True
+        fn()
+    return call
 
 
 class Readable(Protocol):
@@ -86,11 +100,49 @@ class HeldRead:
 
 
 class HeldReads:
-    """The held reads of every session (one per app)."""
+    """The held reads of every session (one per app), and the caps on anonymous link reads:
+    at most ``anonymous`` in flight on the server, ``per_link`` of any one link."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, anonymous: int = 32, per_link: int = 4) -> None:
         self._lock = threading.Lock()
         self._reads: dict[Key, set[HeldRead]] = {}
+        self.anonymous = anonymous
+        self.per_link = per_link
+        self._anonymous = 0
+        self._links: dict[str, int] = {}
+
+    def enter_anonymous(self) -> Callable[[], None]:
+        """A slot for one anonymous link request (its lookup, its read, its whole response);
+        ``QuotaExceeded`` (429) when the server has ``anonymous`` in flight. Returns the
+        slot's release (idempotent)."""
+        with self._lock:
+            if self._anonymous >= self.anonymous:
+                raise QuotaExceeded("too many link requests in flight on this server; "
+                                    "try again shortly", retry_after=1, quota="link_reads")
+            self._anonymous += 1
+
+        def leave() -> None:
+            with self._lock:
+                self._anonymous -= 1
+        return _once(leave)
+
+    def enter_link(self, link_id: str) -> Callable[[], None]:
+        """A reader's slot on one link: ``QuotaExceeded`` (429) past ``per_link`` at once."""
+        with self._lock:
+            if self._links.get(link_id, 0) >= self.per_link:
+                raise QuotaExceeded(f"this link has {self.per_link} readers already; try "
+                                    "again when one is done", retry_after=5,
+                                    quota="link_readers")
+            self._links[link_id] = self._links.get(link_id, 0) + 1
+
+        def leave() -> None:
+            with self._lock:
+                left = self._links.get(link_id, 0) - 1
+                if left > 0:
+                    self._links[link_id] = left
+                else:
+                    self._links.pop(link_id, None)
+        return _once(leave)
 
     def hold(self, key: Key, reader: Readable, release: Callable[[], None]) -> HeldRead:
         """Register ``reader`` of the session ``key``; ``release`` gives its lease back."""

@@ -69,7 +69,10 @@ class Workspaces(MountedWhileUsed):
         self._guard: MountGuard | None = None
         # the tenant's bytes kept outside its sessions (its tool copies): counted in its quota
         self.count_also: Callable[[str], int] = lambda tenant_id: 0
-        self._admission = threading.Lock()  # one admission against tenant quotas at a time
+        # one admission against tenant quotas at a time; held to check and reserve, never for
+        # a copy (``admitting``: what copies in flight will take is counted meanwhile)
+        self._admission = threading.Lock()
+        self._copying: dict[str, int] = {}  # tenant -> bytes admitted for copies being made
         self.activity = activity or Activity()
         self.drop_containers: Callable[[str], None] = lambda session_id: None
         self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
@@ -165,7 +168,7 @@ class Workspaces(MountedWhileUsed):
         limit = self._limit(tenant_id)
         with self._admission:
             self._make_room(tenant_id, lambda: self.disks.admit(
-                session_dir.parent, size, limit, also=self.count_also(tenant_id)))
+                session_dir.parent, size, limit, also=self.also(tenant_id)))
             self.disks.create(session_dir, size)
         self.activity.mark_active((tenant_id, session_id))
         session_fd = os.open(session_dir, _NOFOLLOW_DIR)
@@ -187,15 +190,40 @@ class Workspaces(MountedWhileUsed):
                  disk_mib=size // (1024 * 1024) if self.disks.enabled else None)
         return session_dir / WORKSPACE
 
+    def also(self, tenant_id: str) -> int:
+        """The tenant's bytes beside its session disks: tool copies, logs, copies in flight."""
+        return self.count_also(tenant_id) + self._copying.get(tenant_id, 0)
+
     @contextlib.contextmanager
-    def admitting(self, tenant_id: str, size: int, also: int, limit: int) -> Iterator[None]:
-        """Admit ``size`` bytes the tenant keeps outside its sessions (a tool copy; ``also``:
-        those it keeps already) against its quota ``limit``, beside its session disks;
-        ``DiskQuotaExceeded`` when they would not fit. No session is made meanwhile."""
+    def admitting(self, tenant_id: str, size: int, also: int, limit: int, *,
+                  data_disk: bool = False) -> Iterator[None]:
+        """Admit ``size`` bytes the tenant is about to copy (a tool copy, a snapshot; ``also``:
+        its other bytes beside its session disks) against its quota ``limit`` (and, with
+        ``data_disk``, the data disk's room): ``DiskQuotaExceeded``/``DiskFull`` when they
+        would not fit. The admission lock is held only to check and reserve: the copy runs
+        without it (another tenant's session create or mount never waits for it), its bytes
+        counted in every admission until the block ends."""
+        tenant_dir = self.root / check_tenant_id(tenant_id)
         with self._admission:
-            self._make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
-                self.root / check_tenant_id(tenant_id), size, limit, also=also))
+            also += self._copying.get(tenant_id, 0)
+            if data_disk:
+                self._make_room(tenant_id, lambda: self.disks.admit(
+                    tenant_dir, size, limit, also=also))
+            else:
+                self._make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
+                    tenant_dir, size, limit, also=also))
+            self._copying[tenant_id] = self._copying.get(tenant_id, 0) + size
+            self.disks.copying += size
+        try:
             yield
+        finally:
+            with self._admission:
+                left = self._copying.get(tenant_id, 0) - size
+                if left > 0:
+                    self._copying[tenant_id] = left
+                else:
+                    self._copying.pop(tenant_id, None)
+                self.disks.copying -= size
 
     def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace") -> Workspace:
         """The session's ``Workspace`` (close it, or use ``with``), or with ``root="tmp"``

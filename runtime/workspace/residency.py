@@ -39,6 +39,9 @@ class MountedWhileUsed:
     def session_dir(self, tenant_id: str, session_id: str) -> Path:
         raise NotImplementedError
 
+    def also(self, tenant_id: str) -> int:
+        raise NotImplementedError
+
     def state(self, tenant_id: str, session_id: str) -> str:
         """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
         return "active" if self.activity.is_active((tenant_id, session_id)) else "idle"
@@ -104,7 +107,7 @@ class MountedWhileUsed:
                 limit = self._limit(key[0])
                 with self._admission:
                     self._make_room(key[0], lambda: self.disks.admit(
-                        session_dir.parent, growth, limit, also=self.count_also(key[0])),
+                        session_dir.parent, growth, limit, also=self.also(key[0])),
                         exclude=key)
                     self.disks.ensure_mounted(session_dir)
             else:

@@ -75,12 +75,9 @@ def room_for(workspaces: Workspaces, tenant_id: str, limit: int) -> Admit:
     room) and on the data disk, beside the reserve and what mounted session disks may still
     grow by (``DiskFull``: a copy there would take what their writes were promised)."""
 
-    @contextlib.contextmanager
-    def admit(need: int) -> Iterator[None]:
-        also = workspaces.count_also(tenant_id)
-        with workspaces.admitting(tenant_id, need, also, limit):
-            workspaces.disks.admit(workspaces.root / tenant_id, need, limit, also=also)
-            yield
+    def admit(need: int) -> contextlib.AbstractContextManager[None]:
+        return workspaces.admitting(tenant_id, need, workspaces.count_also(tenant_id), limit,
+                                    data_disk=True)
 
     return admit
 

@@ -17,7 +17,7 @@ import pytest
 from runtime.workspace.disk import loop_mounts_available
 from tests.e2e.conftest import Server, start_server, stop_server
 
-POLICY = Path(__file__).parent / "policies" / "snapshots.yaml"  # 48 MiB session disks
+POLICY = Path(__file__).parent / "policies" / "held_reads.yaml"  # 48 MiB session disks
 BIG = 32 * 1024 * 1024  # far more than loopback socket buffers hold
 SEND_TIMEOUT_S = 8
 
@@ -169,3 +169,49 @@ def test_a_restore_ends_reads_in_flight(server: Server) -> None:
         sock.close()
     with httpx.Client(base_url=server.url) as anyone:
         assert anyone.get("/v1/healthz").status_code == 200
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_published_content_is_streamed_capped_per_link_and_expires(server: Server) -> None:
+    _, token = server.tenant_with_user()
+    with server.client(token) as user:
+        session = user.post("/v1/sessions", json={}).json()["id"]
+        page = b"<!doctype html><title>p</title>" + b"<p>" + b"x" * (9 * 1024 * 1024) + b"</p>"
+        assert user.put(f"/v1/sessions/{session}/files/page.html", content=page
+                        ).status_code == 201
+        links = []
+        for _ in range(5):
+            made = user.post(f"/v1/sessions/{session}/exec", json={
+                "tool": "content_publish", "args": {"path": "page.html"}}).json()
+            assert made["ok"], made
+            links.append(made["metadata"]["published"])
+        listed = user.get(f"/v1/sessions/{session}/shares").json()
+    day = links[0]["expires_at"] - time.time()
+    assert 86_300 < day <= 86_400, day  # publish links expire: one day by default
+    assert all(r["expires_at"] for r in listed)
+    before = _rss_kib(server.process.pid)
+    socks = [_stalled(server, link["url"]) for link in links for _ in range(4)]  # 20 readers
+    try:
+        time.sleep(1.5)
+        grown_mib = (_rss_kib(server.process.pid) - before) / 1024
+        print(f"20 stalled readers of a 9 MiB published page: server RSS +{grown_mib:.1f} MiB")
+        assert grown_mib < 60, grown_mib  # not 20 x 9 MiB: a few chunks per reader
+        with httpx.Client(base_url=server.url) as anyone:  # a fifth reader of one link
+            resp = anyone.get(links[0]["url"])
+            assert resp.status_code == 429, resp.text
+            assert resp.json()["error"]["code"] == "quota_exceeded"
+            assert int(resp.headers["Retry-After"]) >= 1
+    finally:
+        for sock in socks:
+            sock.close()
+    time.sleep(0.5)
+    with httpx.Client(base_url=server.url) as anyone:  # readers gone: the link reads again
+        got = anyone.get(links[0]["url"])
+        assert got.status_code == 200 and got.content == page
+        assert "sandbox" in got.headers["content-security-policy"]

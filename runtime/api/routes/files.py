@@ -21,7 +21,7 @@ from fastapi.responses import StreamingResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.disposition import attachment
-from runtime.api.held_response import HeldFileResponse, hold
+from runtime.api.held_response import HeldFileResponse, hold, wait_unheld
 from runtime.api.schemas import FileEntryOut
 from runtime.audit.records import StateChange
 from runtime.errors import InvalidInput
@@ -36,6 +36,7 @@ async def _workspace(request: Request, principal: SessionUser, session_id: str,
                      root: Root = "workspace") -> OpenFiles:
     services = get_services(request)
     node = services.nodes.for_session(await owned_session(services, principal, session_id))
+    await wait_unheld(services, principal.tenant_id, session_id)  # not in a pool thread
     return await asyncio.to_thread(partial(node.open, principal.tenant_id,
                                            session_id, root=root))
 

@@ -5,7 +5,10 @@ published one, both WITHOUT a bearer token: the token in the path is the capabil
 its SHA-256 is stored, `runtime.store.shares`). The file is read at that moment through the
 session's workspace (fd-relative, no links, as the sandbox uid). An unknown, expired or
 revoked token, a gone session, or a file gone, made unreadable or replaced by a link or
-directory: 404, the one answer for all. Downloads are attachments with `nosniff`;
+directory: 404, the one answer for all. Both are streamed and hold their session until
+their response ends (`runtime.api.held_response`); the server answers at most a few dozen
+anonymous link requests at once and a link a few readers at once (429 past either).
+Downloads are attachments with `nosniff`;
 published HTML is answered under a CSP `sandbox` with no `allow-same-origin` and
 `connect-src 'none'`, so no script in it can reach the API, whatever frames it.
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import mimetypes
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -26,11 +29,12 @@ from pydantic import BaseModel
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.disposition import attachment
-from runtime.api.held_response import HeldFileResponse, hold
+from runtime.api.held_response import HeldFileResponse, hold, wait_unheld
 from runtime.errors import InvalidPath, NotFound, PermissionDenied
 from runtime.store.shares import ShareKind, ShareRecord, ShareStore
 from runtime.tools.builtin.image_view import sniff_image
 from runtime.tools.builtin.share import MAX_PUBLISH_BYTES, publish_kind
+from runtime.workspace.held_reads import HeldRead
 
 router = APIRouter(tags=["shares"])
 
@@ -69,59 +73,77 @@ async def _live(request: Request, token: str, kind: ShareKind) -> ShareRecord:
     return found
 
 
+async def _open_link(request: Request, token: str, kind: ShareKind, *,
+                     max_bytes: int | None = None) -> tuple[ShareRecord, HeldRead]:
+    """The live link's file, open and held (its session's lease, a slot among the server's
+    anonymous link requests and among the link's readers) until its response ends."""
+    services = get_services(request)
+    releases: list[Callable[[], None]] = [services.reads.enter_anonymous()]
+    try:
+        share = await _live(request, token, kind)
+        releases.append(services.reads.enter_link(share.id))
+        await wait_unheld(services, share.tenant_id, share.session_id)
+        node = await services.nodes.of_session(share.tenant_id, share.session_id)
+        ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
+        releases.insert(0, ws.close)
+        with _gone_unless_readable():
+            reader = await asyncio.to_thread(ws.open_read, share.path)
+        releases.insert(0, reader.close)
+        if max_bytes is not None and reader.size > max_bytes:
+            raise NotFound(f"{share.path} is now larger than {max_bytes} bytes")
+        await ShareStore(services.store).count_download(share.id)
+    except BaseException:
+        for release in releases:
+            release()
+        raise
+    releases.pop(0)  # the reader: the held read closes it
+
+    def release_all() -> None:
+        for release in releases:
+            release()
+
+    return share, hold(services.reads, share.tenant_id, share.session_id, release_all,
+                       reader)
+
+
 @router.get("/v1/shared/{token}", response_class=StreamingResponse,
             responses={200: {"content": {"application/octet-stream": {}}}})
 async def download_shared(token: str, request: Request) -> StreamingResponse:
-    share = await _live(request, token, "share")
-    services = get_services(request)
-    node = await services.nodes.of_session(share.tenant_id, share.session_id)
-    ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
-    try:
-        with _gone_unless_readable():
-            reader = await asyncio.to_thread(ws.open_read, share.path)
-        await ShareStore(services.store).count_download(share.id)
-    except BaseException:
-        ws.close()
-        raise
-    # the file and the session's lease stay open until the response has ended (or is cut)
-    held = hold(services.reads, share.tenant_id, share.session_id, ws, reader)
+    share, held = await _open_link(request, token, "share")
     name = share.path.rsplit("/", 1)[-1]
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    return HeldFileResponse(held, send_timeout_s=services.settings.send_timeout_s,
+    return HeldFileResponse(held, send_timeout_s=get_services(request).settings.send_timeout_s,
                             media_type=media_type, headers={
                                 **BASE_HEADERS, "Content-Disposition": attachment(name),
                                 "Content-Security-Policy": LOCKED_CSP})
 
 
-@router.get("/v1/published/{token}", response_class=Response,
+@router.get("/v1/published/{token}", response_class=StreamingResponse,
             responses={200: {"content": {"text/html": {}, "image/png": {}}}})
-async def view_published(token: str, request: Request) -> Response:
-    share = await _live(request, token, "publish")
-    services = get_services(request)
-    node = await services.nodes.of_session(share.tenant_id, share.session_id)
-    ws = await asyncio.to_thread(node.open, share.tenant_id, share.session_id)
+async def view_published(token: str, request: Request) -> StreamingResponse:
+    """Streamed like a download (a few chunks in memory per reader, never the file)."""
+    share, held = await _open_link(request, token, "publish", max_bytes=MAX_PUBLISH_BYTES)
     try:
-        with _gone_unless_readable():
-            data = await asyncio.to_thread(ws.read_bytes, share.path,
-                                           max_bytes=MAX_PUBLISH_BYTES)
-    finally:
-        ws.close()
-    kind = publish_kind(share.path, data[:16])
-    headers = {**BASE_HEADERS, "Content-Security-Policy": LOCKED_CSP}
-    if kind == "image":
-        media_type = sniff_image(data) or "application/octet-stream"
-    elif kind == "pdf":  # the browser's PDF viewer does not run in a sandboxed document
-        media_type = "application/pdf"
-        headers["Content-Security-Policy"] = "default-src 'none'; object-src 'self'"
-    elif kind == "html":
-        media_type = "text/html; charset=utf-8"
-        headers["Content-Security-Policy"] = HTML_CSP
-    elif kind == "markdown":
-        media_type = "text/markdown; charset=utf-8"
-    else:
-        raise NotFound(f"{share.path} is no longer something that can be shown")
-    await ShareStore(services.store).count_download(share.id)
-    return Response(data, media_type=media_type, headers=headers)
+        head = await asyncio.to_thread(held.chunk, 64)  # what the kind is told by
+        kind = publish_kind(share.path, head[:16])
+        headers = {**BASE_HEADERS, "Content-Security-Policy": LOCKED_CSP}
+        if kind == "image":
+            media_type = sniff_image(head) or "application/octet-stream"
+        elif kind == "pdf":  # the browser's PDF viewer does not run in a sandboxed document
+            media_type = "application/pdf"
+            headers["Content-Security-Policy"] = "default-src 'none'; object-src 'self'"
+        elif kind == "html":
+            media_type = "text/html; charset=utf-8"
+            headers["Content-Security-Policy"] = HTML_CSP
+        elif kind == "markdown":
+            media_type = "text/markdown; charset=utf-8"
+        else:
+            raise NotFound(f"{share.path} is no longer something that can be shown")
+    except BaseException:
+        held.close()
+        raise
+    return HeldFileResponse(held, send_timeout_s=get_services(request).settings.send_timeout_s,
+                            media_type=media_type, headers=headers, prefix=head)
 
 
 @router.get("/v1/sessions/{session_id}/shares", response_model=list[ShareOut])

@@ -49,6 +49,8 @@ class ShareParams(ToolParams):
 class PublishParams(ToolParams):
     path: str = Field(min_length=1, max_length=1024,
                       description="workspace-relative image, .md, .html or PDF file")
+    expires_in_s: int = Field(DEFAULT_EXPIRES_S, ge=60, le=MAX_EXPIRES_S,
+                              description="how long the link works (default 1 day, max 7)")
 
 
 class _LinkTool:
@@ -120,7 +122,8 @@ class ContentPublishTool(_LinkTool, BuiltinTool[PublishParams]):
         kind = publish_kind(shown, data[:16])
         if kind is None:
             return ToolResult.fail(f"{shown} is not an image, a PDF, a .md or an .html file")
-        url, share_id = await self._link(ctx, "publish", shown, None)
+        expires_at = time.time() + params.expires_in_s  # a published link expires too
+        url, share_id = await self._link(ctx, "publish", shown, expires_at)
         return ToolResult.ok(f"published {shown} ({kind}) in the chat",
                              published={"id": share_id, "path": shown, "kind": kind,
-                                        "url": url})
+                                        "url": url, "expires_at": expires_at})
