@@ -27,26 +27,26 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from bench.exec_api import _free_port, _until_up, stop_server
+from bench.exec_api import _free_port, stop_server
 from bench.kernel_bench import _summary
 from runtime.config import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
 PORT = 8099
 SERVER = r'''
-import http.client, http.server, json, sys, threading, time
+import http.client, http.server, json, socket, sys, threading, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else a 40 ms delayed-ACK stall per answer
     def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # one write
     def log_message(self, *a):
         pass
 srv = http.server.HTTPServer(("127.0.0.1", PORT), H)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 conn = http.client.HTTPConnection("127.0.0.1", PORT)
+conn.connect()
+conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 times = []
 for _ in range(RUNS + 20):
     began = time.perf_counter()
@@ -56,6 +56,22 @@ for _ in range(RUNS + 20):
 print("DIRECT " + json.dumps(times[20:]), flush=True)
 srv.serve_forever()
 '''
+
+
+async def _until_up(client: httpx.AsyncClient, server: subprocess.Popen[bytes], log: Path,
+                    within_s: float = 180) -> None:
+    """The server answers (start-up takes long on a loaded machine)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"navi serve exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if (await client.get("/v1/healthz", timeout=1)).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("navi serve did not come up")
 
 
 async def _timed(client: httpx.AsyncClient, url: str, headers: dict[str, str], runs: int
