@@ -106,9 +106,7 @@ def result_line(bundle: dict[str, str], main: bool) -> dict[str, Any]:
 
 
 def _is_main(bundle: dict[str, str]) -> bool:
-    """A last expression's value carries text and no image; a figure is a display."""
-    if "navi/kind" in bundle:
-        return bundle["navi/kind"] == "execute_result"
+    """Without the kernel's word: a last expression's value carries text and no image."""
     return "text/plain" in bundle and not any(m.startswith("image/") for m in bundle)
 
 
@@ -133,8 +131,10 @@ async def execute(request: Request, body: ExecuteBody) -> StreamingResponse:
         try:
             result = await kernels.execute(subject, kernel, body.code, on_output=on_output)
             last = len(result.results) - 1
+            main = getattr(result, "main_result", None)  # the kernel's own word, when given
             for n, bundle in enumerate(result.results):
-                await queue.put(_line(result_line(bundle, n == last and _is_main(bundle))))
+                is_main = n == main if main is not None else n == last and _is_main(bundle)
+                await queue.put(_line(result_line(bundle, is_main)))
             if result.error is not None:
                 await queue.put(_line({"type": "error", "name": result.error.name,
                                        "value": result.error.value,
