@@ -57,7 +57,8 @@ def estimate_tokens(messages: list[ChatMessage], tools: list[dict[str, Any]] | N
 
 def to_chat(summary: StoredMessage | None, rows: list[StoredMessage],
             images: dict[str, list[ImageInput]] | None = None) -> list[ChatMessage]:
-    """Stored rows as chat messages; images of this turn's tool results follow their batch."""
+    """Stored rows as chat messages; images of this turn's tool results follow their batch,
+    this turn's message carries its own (`user:<row id>`); earlier ones are named only."""
     out: list[ChatMessage] = []
     if summary is not None:
         out.append(ChatMessage(role="user", content="[Summary of the earlier conversation]\n"
@@ -73,7 +74,12 @@ def to_chat(summary: StoredMessage | None, rows: list[StoredMessage],
                 out.append(_image_message(pending))
                 pending = []
         if row.role == "user":
-            out.append(ChatMessage(role="user", content=row.content))
+            sent = (images or {}).get(f"user:{row.id}")
+            content = row.content
+            paths = [i.get("path") for i in row.meta.get("images", []) if isinstance(i, dict)]
+            if paths and not sent:
+                content += "\n[image(s) attached: " + ", ".join(map(str, paths)) + "]"
+            out.append(ChatMessage(role="user", content=content, images=list(sent or [])))
         elif row.role == "assistant":
             calls = [ToolCallRequest.model_validate(c) for c in row.tool_calls]
             out.append(ChatMessage(role="assistant", content=row.content, tool_calls=calls))

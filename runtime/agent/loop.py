@@ -76,6 +76,9 @@ class TurnSetup:
     parent_call: str | None = None  # a sub-agent's: the spawn_agent call it answers
     models: list[str] = field(default_factory=list)  # the profile's priority list (or none)
     blacklist: ModelBlacklist | None = None  # models that failed lately (server-wide)
+    user_images: dict[str, list[llm.ImageInput]] = field(default_factory=dict)
+    """The images sent with this turn's message (`user:<row id>` -> images), for every
+    model call of the turn."""
 
 
 class Turn:
@@ -217,7 +220,7 @@ class Turn:
         window = min(s.profile.context_window, reported or s.profile.context_window)
         builder = ContextBuilder(s.history, s.backend, s.model, window, s.subject.session,
                                  s.turn_id)
-        images: dict[str, list[llm.ImageInput]] = {}
+        images: dict[str, list[llm.ImageInput]] = await self._user_images()
         failed: set[str] = set()
         last_text = ""
         for iteration in range(1, s.profile.max_iterations + 1):
@@ -246,7 +249,7 @@ class Turn:
             if not calls:
                 return "stop", answer.text
             self.partial = answer.text
-            images.clear()
+            images = {k: v for k, v in images.items() if k.startswith("user:")}
             reoffer = False
             for n, call in enumerate(calls):
                 if n >= MAX_CALLS_PER_STEP:
@@ -270,6 +273,21 @@ class Turn:
         note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
                 "final answer.")
         return "max_iterations", (last_text + "\n\n" + note) if last_text else note
+
+    async def _user_images(self) -> dict[str, list[llm.ImageInput]]:
+        """This turn's images, unless the model is known not to see images: then a notice
+        says so and the model reads only their paths."""
+        s = self.s
+        if not s.user_images:
+            return {}
+        sees = getattr(s.backend, "sees_images", None)
+        if sees is None or await sees(s.model) is not False:
+            return dict(s.user_images)
+        count = sum(len(v) for v in s.user_images.values())
+        self.events.emit(NoticeEvent(turn_id=s.turn_id, phase="images", message=(
+            f"Model {s.model} cannot see images: the {count} image(s) of this message were "
+            "not sent to it (it reads their file names only).")))
+        return {}
 
     async def _store_tool(self, call: llm.ToolCallRequest, content: str, meta: dict[str, Any]
                           ) -> None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore, StoredMessage
 from runtime.agent.llm import LLMBackend, build_backend
+from runtime.agent.llm.types import ImageInput
 from runtime.agent.loop import Turn, TurnSetup
 from runtime.agent.models import ModelBlacklist, profile_models
 from runtime.agent.profiles import ProfileSet, load_persona
@@ -29,6 +32,19 @@ from runtime.policy.decision import Subject
 log = get_logger(__name__)
 
 CANCEL_WAIT_S = 30.0
+
+
+class SentImage(Protocol):
+    """An image sent with a message (`runtime.sessions.message_images.TakenImage`)."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def media_type(self) -> str: ...
+
+    @property
+    def data_b64(self) -> str: ...
 
 
 def new_turn_id() -> str:
@@ -61,8 +77,10 @@ class AgentService:
         turn = self._turns.get(session_id)
         return turn.turn_id if turn is not None else None
 
-    async def start_turn(self, services: AgentDeps, subject: Subject, content: str) -> str:
-        """Store the user's message and start the loop; returns the turn id."""
+    async def start_turn(self, services: AgentDeps, subject: Subject, content: str,
+                         images: Sequence[SentImage] = ()) -> str:
+        """Store the user's message (with its images' paths) and start the loop; returns
+        the turn id. The images' bytes go to the turn's model calls."""
         session = subject.session
         if session in self._turns:
             raise Conflict("a turn is already running in this session",
@@ -71,13 +89,18 @@ class AgentService:
         running = self._turns[session] = RunningTurn(turn_id)
         history = MessageStore(services.store)
         try:
-            await history.append(session, turn_id, "user", content)
+            row = await history.append(session, turn_id, "user", content, meta={"images": [
+                {"path": i.path, "media_type": i.media_type} for i in images]} if images
+                else None)
             profile = self.profiles.get(subject.profile)
             models = profile_models(profile.model, profile.models, self.settings.model)
             setup = TurnSetup(services=services, backend=self.backend, history=history,
                               profile=profile, persona=self.persona, model=models[0],
                               subject=subject, turn_id=turn_id, content=content,
-                              models=models, blacklist=self.blacklist)
+                              models=models, blacklist=self.blacklist,
+                              user_images={f"user:{row}": [
+                                  ImageInput(media_type=i.media_type, data_b64=i.data_b64)
+                                  for i in images]} if images else {})
             turn = Turn(setup, TurnEvents(services.hub.bus(session), turn_id))
             turn.release = lambda: self._release(session, turn_id)
             running.task = asyncio.create_task(self._run(turn, session), name=f"turn {turn_id}")

@@ -27,9 +27,10 @@ class FakeOllama(FakeServer):
     def __init__(self, replies: list[Responder] | None = None, *,
                  models: tuple[str, ...] = ("gemma3:270m",),
                  context_length: int = CONTEXT_LENGTH, can_think: bool = True,
-                 port: int = 0) -> None:
+                 vision: bool = False, port: int = 0) -> None:
         super().__init__(port)
         self.can_think = can_think
+        self.vision = vision
         self.model = ScriptedModel(replies)
         self.models = models
         self.context_length = context_length
@@ -52,8 +53,8 @@ class FakeOllama(FakeServer):
                 "details": {"family": "fake", "parameter_size": "270M"},
                 "model_info": {"general.architecture": "fake",
                                "fake.context_length": self.context_length},
-                "capabilities": ["completion", "tools"] + (["thinking"] if self.can_think
-                                                           else [])})
+                "capabilities": ["completion", "tools"]
+                + (["thinking"] if self.can_think else []) + (["vision"] if self.vision else [])})
         if method == "POST" and path == "/api/chat":
             return self._chat(body or {})
         return Answer(404, {"error": "not found"})

@@ -114,6 +114,12 @@ class FallbackBackend:
             return CONTEXT
         return await self.primary.context_window(model)
 
+    async def sees_images(self, model: str) -> bool | None:
+        if self._active:
+            return False  # the embedded model reads text only
+        sees = getattr(self.primary, "sees_images", None)
+        return await sees(model) if sees is not None else None
+
     async def close(self) -> None:
         await self.primary.close()
         if self._backend is not None:

@@ -64,6 +64,7 @@ class OllamaBackend:
         self._clients: dict[str, AsyncClient] = {}
         self._no_think: set[tuple[str, str]] = set()
         self._windows: dict[str, int | None] = {}
+        self._vision: dict[str, bool] = {}
 
     def _client(self, host: str) -> AsyncClient:
         client = self._clients.get(host)
@@ -164,6 +165,7 @@ class OllamaBackend:
                 shown = await self._client(host).show(model)
             except (ConnectionError, httpx.TransportError, ResponseError, ValidationError):
                 continue
+            self._vision[model] = "vision" in (shown.capabilities or [])
             info = dict(shown.modelinfo or {})
             for key, value in info.items():
                 if key.endswith(".context_length") and isinstance(value, int) and value > 0:
@@ -171,6 +173,12 @@ class OllamaBackend:
             break
         self._windows[model] = window
         return window
+
+    async def sees_images(self, model: str) -> bool | None:
+        """Whether the model takes images (Ollama's `vision` capability); None: unknown."""
+        if model not in self._windows:
+            await self.context_window(model)
+        return self._vision.get(model)
 
 
 async def _guard(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:

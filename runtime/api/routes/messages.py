@@ -9,6 +9,7 @@ from pydantic import Field
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
 from runtime.api.schemas import StrictBody
 from runtime.errors import NotFound
+from runtime.sessions.message_images import MAX_IMAGES, ImageIn, take_images
 from runtime.sessions.titles import title_from_message
 from runtime.wire import CancelOut, MessageOut, TurnOut
 
@@ -19,20 +20,24 @@ MAX_MESSAGE_CHARS = 64 * 1024
 
 class MessageBody(StrictBody):
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    images: list[ImageIn] | None = Field(
+        None, max_length=MAX_IMAGES, description="images for the model: [{path} | {data, mime}]")
 
 
 @router.post("/{session_id}/messages", response_model=TurnOut,
              status_code=status.HTTP_202_ACCEPTED)
 async def post_message(session_id: str, body: MessageBody, request: Request,
                        principal: SessionUser) -> TurnOut:
-    """Start a turn; 409 `conflict` while another turn of this session runs."""
+    """Start a turn; 409 `conflict` while another turn of this session runs. Images (at
+    most 4, each at most 5 MiB) go into the model's context for this turn."""
     services = get_services(request)
     record = await owned_session(services, principal, session_id)
     subject = await subject_for(services, principal, record)
-    if "\x00" in body.content:
-        body = MessageBody(content=body.content.replace("\x00", ""))
-    turn_id = await services.agent_loop().start_turn(services, subject, body.content)
-    if record.title is None and (title := title_from_message(body.content)):
+    content = body.content.replace("\x00", "")
+    images = await take_images(services, record, subject, body.images or [])
+    turn_id = await services.agent_loop().start_turn(services, subject, content,
+                                                     images=images)
+    if record.title is None and (title := title_from_message(content)):
         # an untitled session is named by its first message (not audited: no state of note)
         await services.store.set_session_title(record.tenant_id, record.id, title,
                                                only_if_unset=True)
