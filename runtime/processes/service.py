@@ -31,7 +31,7 @@ from runtime.policy.session_limits import SessionLimits
 from runtime.processes.admit import Admission, check_cwd, check_ports
 from runtime.processes.ends import Ends
 from runtime.processes.kinds import ProcessKind
-from runtime.processes.launch import LaunchExtras, launch
+from runtime.processes.launch import LaunchExtras, docker_backend, launch
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import (
     MAX_ANSWER,
@@ -88,6 +88,7 @@ class ProcessService:
         if subject.node != LOCAL:
             raise Conflict(f"background processes of sessions on cluster node "
                            f"{subject.node!r} are not supported yet")
+        docker_backend(self)  # before anything is decided or recorded
         cwd, ports = check_cwd(spec.cwd), check_ports(spec.ports)
         if "\x00" in spec.command:
             raise InvalidInput("command contains a NUL byte")
@@ -125,9 +126,15 @@ class ProcessService:
                                     .max_lifetime_s)
             live = await launch(self, subject, spec, decision, record,
                                 lifetime_s=limits.processes.max_lifetime_s)
-        except BaseException:
+        except BaseException as exc:
             await self.records.close(process_id, exit_code=None, reason="interrupted",
                                      output_bytes=0)
+            with contextlib.suppress(Exception):  # its start was recorded: so is its end
+                await self.services.audit.append(AuditEntry(
+                    kind="action", action="process.exit", object=process_id,
+                    tenant=subject.tenant, user=subject.user, session=subject.session,
+                    exec_id=process_id, decision="allow", node=subject.node,
+                    detail=f"reason interrupted (it did not start: {type(exc).__name__})"))
             raise
         self.services.hub.bus(subject.session).publish(
             ProcessStarted(process=live.record.public().model_dump(mode="json")))
