@@ -15,6 +15,7 @@ from runtime.client.errors import (
     AuthenticationError,
     BadRequestError,
     ConflictError,
+    InvalidPathSegment,
     NaviAPIError,
     NaviClientError,
     NotFoundError,
@@ -46,7 +47,8 @@ from runtime.client.sync import NaviClient
 
 __all__ = [
     "AsyncNaviClient", "AuditRecord", "AuthenticationError", "BadRequestError",
-    "ConflictError", "Event", "ExecChunk", "ExecOut", "FileEntryOut", "MessageOut",
+    "ConflictError", "Event", "ExecChunk", "ExecOut", "FileEntryOut", "InvalidPathSegment",
+    "MessageOut",
     "NaviAPIError", "NaviClient", "NaviClientError", "NotFoundError", "PayloadTooLargeError",
     "PermissionDeniedError", "PolicyDeniedError", "RateLimitError", "ResponseTooLarge",
     "ServerError", "ServiceUnavailableError", "SessionOut", "SnapshotOut", "TenantOut",

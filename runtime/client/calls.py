@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from runtime.client import config
+from runtime.client.errors import InvalidPathSegment
 from runtime.client.models import (
     AuditRecord,
     CancelOut,
@@ -72,14 +73,24 @@ def text(resp: httpx.Response) -> str:
     return resp.text
 
 
+def _no_dots(value: str, what: str) -> None:
+    """'.' and '..' are not names: the HTTP library would collapse them into another route
+    (``delete_file(s, "../../s_2")`` would have sent ``DELETE /v1/sessions/s_2``)."""
+    if any(part in (".", "..") for part in value.split("/")):
+        raise InvalidPathSegment(f"{what} {value!r} has a '.' or '..' segment")
+
+
 def seg(value: str) -> str:
     """One path segment (an id, a name): nothing in it can reach another route."""
+    _no_dots(value, "segment")
     return quote(value, safe="")
 
 
 def file_path(session: str, path: str) -> str:
     """`/files/<path>`: '/' stays the separator, '?', '#' and '%' are names. `/tmp/...` is
-    the session's /tmp (its leading '/' sent as `%2F`); any other leading '/' is dropped."""
+    the session's /tmp (its leading '/' sent as `%2F`); any other leading '/' is dropped.
+    A '.' or '..' segment is refused (``InvalidPathSegment``), never sent."""
+    _no_dots(path, "path")
     if path == "/tmp" or path.startswith("/tmp/"):
         return f"/v1/sessions/{seg(session)}/files/%2F{quote(path[1:], safe='/')}"
     return f"/v1/sessions/{seg(session)}/files/{quote(path.lstrip('/'), safe='/')}"

@@ -18,6 +18,10 @@ class NaviClientError(Exception):
     """Anything the client raises on purpose."""
 
 
+class InvalidPathSegment(NaviClientError, ValueError):
+    """A path or id with a '.' or '..' segment: refused before anything is sent."""
+
+
 class ResponseTooLarge(NaviClientError):
     """An answer larger than the caller's `max_bytes` (refused before its body is read)."""
 

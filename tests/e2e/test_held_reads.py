@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runtime.client import InvalidPathSegment, NaviClient
 from runtime.workspace.disk import loop_mounts_available
 from tests.e2e.conftest import Server, start_server, stop_server
 
@@ -215,3 +216,17 @@ def test_published_content_is_streamed_capped_per_link_and_expires(server: Serve
         got = anyone.get(links[0]["url"])
         assert got.status_code == 200 and got.content == page
         assert "sandbox" in got.headers["content-security-policy"]
+
+
+def test_the_client_refuses_dot_segments(server: Server) -> None:
+    """`delete_file(s, "../../s_2")` once sent `DELETE /v1/sessions/s_2` (httpx collapses
+    dot segments): the client refuses it, and the other session is still there."""
+    _, token = server.tenant_with_user()
+    with NaviClient(server.url, token) as client:
+        one, two = (client.create_session().id for _ in range(2))
+        for bad in (f"../../{two}", "a/../../..", "./x", f"/tmp/../../../{two}"):
+            with pytest.raises(InvalidPathSegment):
+                client.delete_file(one, bad)
+        with pytest.raises(InvalidPathSegment):
+            client.delete_session("..")
+        assert {s.id for s in client.list_sessions()} >= {one, two}
