@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from runtime import __version__, tracing
 from runtime.agent import AgentService
@@ -143,6 +143,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
+    from runtime.e2b import Sandboxes  # here: runtime.e2b imports the API's deps
+    services.background.append(asyncio.create_task(Sandboxes(services).reap_forever()))
     _release_idle_sessions(services)
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
         services.background.append(asyncio.create_task(kernels.sweep_idle()))
@@ -247,6 +249,8 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    question_routes.router, kernel_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
+    from runtime.e2b import E2BServer  # here: runtime.e2b imports the API's deps
+    app.router.routes.append(Mount("/e2b", app=E2BServer(lambda: app.state.services)))
     app.include_router(port_routes.router)
     app.include_router(web_routes.router)
     return app

@@ -29,6 +29,7 @@ from runtime.e2b.envd import process_pb as pb
 from runtime.e2b.envd.process_connect import ProcessASGIApplication
 from runtime.e2b.errors import connect_error
 from runtime.e2b.paths import HOME
+from runtime.e2b.sandboxes import MAX_ENVS, check_map
 from runtime.e2b.store import SandboxStore
 from runtime.errors import NaviError
 from runtime.policy.decision import Subject
@@ -137,8 +138,9 @@ class ProcessService:
             raise ConnectError(Code.UNIMPLEMENTED, NO_PTY)
         caller, processes = await self._caller(ctx)
         config = request.process or pb.ProcessConfig()
-        env = {**caller.sandbox.envs, **dict(config.envs)}
         try:
+            env = {**caller.sandbox.envs,
+                   **check_map("envs", dict(config.envs), MAX_ENVS)}
             subject = await caller.subject()
             spec = StartSpec(command=command_of(config), cwd=navi_cwd(config.cwd or None),
                              env=env, name=request.tag or None)

@@ -58,7 +58,7 @@ class TimeoutBody(BaseModel):
     timeout: int = Field(DEFAULT_TIMEOUT_S, ge=0, le=MAX_TIMEOUT_S)
 
 
-def _check_map(name: str, values: dict[str, str] | None, limit: int) -> dict[str, str]:
+def check_map(name: str, values: dict[str, str] | None, limit: int) -> dict[str, str]:
     values = values or {}
     if len(values) > limit:
         raise InvalidInput(f"{name}: at most {limit} entries")
@@ -83,8 +83,8 @@ class Sandboxes:
         if body.templateID not in TEMPLATES:
             raise NotFound(f"template {body.templateID!r} not found: Navi offers "
                            f"{', '.join(TEMPLATES)}")
-        metadata = _check_map("metadata", body.metadata, MAX_METADATA)
-        envs = _check_map("envVars", body.envVars, MAX_ENVS)
+        metadata = check_map("metadata", body.metadata, MAX_METADATA)
+        envs = check_map("envVars", body.envVars, MAX_ENVS)
         await self._meter(principal, None, "e2b.create")
         session = await open_session(self.services, principal,
                                      title=f"E2B sandbox ({body.templateID})")
