@@ -39,7 +39,8 @@ def build(
     names: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Images to build (directories of sandbox_images/). Default: all."
+            help="Images to build (directories of sandbox_images/). Default: all but "
+            "those built on demand only (browser: name it to build it)."
         ),
     ] = None,
     base: Annotated[

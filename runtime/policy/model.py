@@ -36,7 +36,7 @@ GROUPS: dict[str, frozenset[str]] = {
     "group:exec": frozenset({"code_exec", "terminal", "kernel_exec", "kernel_reset"}),
     "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file",
                            "grep", "glob", "tree", "notebook_read", "notebook_edit"}),
-    "group:web": frozenset({"http_request", "web_view", "web_search"}),
+    "group:web": frozenset({"http_request", "web_view", "web_search", "browser"}),
     "group:remote": frozenset({"ssh_exec"}),
     "group:memory": frozenset({"memory", "todo", "scratchpad"}),
     "group:cad": frozenset({"model_3d", "scad_lint", "render_3d"}),

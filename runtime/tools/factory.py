@@ -14,6 +14,7 @@ from runtime.policy.engine import PolicyEngine
 from runtime.store.shares import ShareStore
 from runtime.tools.base import Tool
 from runtime.tools.builtin import (
+    BrowserTool,
     CodeExecTool,
     ContentPublishTool,
     EditFileTool,
@@ -143,6 +144,7 @@ def build_tools(
         Render3DTool(),
         HttpRequestTool(),
         WebViewTool(),
+        BrowserTool(),
         WebSearchTool(search_url),
         SshExecTool(),
         McpStatusTool(mcp),

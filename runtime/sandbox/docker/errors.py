@@ -35,9 +35,10 @@ def map_docker_errors(action: str, *, image: str | None = None) -> Iterator[None
         yield
     except docker.errors.ImageNotFound as exc:
         name = image or "?"
+        short = name.rsplit("/", 1)[-1].split(":", 1)[0]  # navi/browser:latest -> browser
         raise ImageMissing(
             f"sandbox image {name!r} is not present on the Docker engine; "
-            "build it with `navi images build`",
+            f"build it with `navi images build {short}`",
             image=name,
         ) from exc
     except docker.errors.APIError as exc:

@@ -51,6 +51,9 @@ _WHEEL_REQ = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+(\s+--hash=sha256:[0-9a-f]{64})*$"
 )
 _SKIPPED_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+ON_DEMAND = "ON_DEMAND"
+"""An image directory holding this file (its text says why) is large or rarely needed: a
+build of "all images" (set-up, CI) skips it; naming it, or its tests, builds it."""
 
 
 class ImageSpec(BaseModel):
@@ -62,6 +65,7 @@ class ImageSpec(BaseModel):
     path: Path
     packages: tuple[str, ...]
     wheels: tuple[str, ...]
+    on_demand: bool = False  # ON_DEMAND file: built only when named (`navi images build X`)
 
 
 def _strip_comments(text: str) -> list[str]:
@@ -110,6 +114,7 @@ def load_spec(path: Path) -> ImageSpec:
         path=path,
         packages=read_packages(path / "packages.txt"),
         wheels=read_wheels(path / "wheels.txt"),
+        on_demand=(path / ON_DEMAND).is_file(),
     )
 
 

@@ -305,6 +305,11 @@ def _build_one(
                        seconds=seconds, steps=progress.timings.get(spec.name, {}))
 
 
+def default_images(specs: dict[str, ImageSpec]) -> list[str]:
+    """What a build without names builds: every image but the on-demand ones."""
+    return [name for name, spec in specs.items() if not spec.on_demand]
+
+
 def build_images(
     names: Iterable[str] | None = None,
     *,
@@ -316,7 +321,8 @@ def build_images(
     root: Path = IMAGES_DIR,
     cache_dir: Path = BUILD_CACHE_DIR,
 ) -> list[BuildResult]:
-    """Build the named images (default: all of ``root``) that are not up to date.
+    """Build the named images (default: all of ``root`` but the on-demand ones, which are
+    built only when named) that are not up to date.
 
     ``base=None`` is the offline path (mmdebstrap + import); a registry reference such as
     ``debian:bookworm-slim`` builds on that instead. Raises ``ConfigError`` for unknown
@@ -324,7 +330,7 @@ def build_images(
     """
     settings = settings or Settings()
     specs = discover(root)
-    wanted = list(dict.fromkeys(names)) if names else list(specs)
+    wanted = list(dict.fromkeys(names)) if names else default_images(specs)
     unknown = [n for n in wanted if n not in specs]
     if unknown:
         raise ConfigError(

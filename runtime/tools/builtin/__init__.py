@@ -1,5 +1,6 @@
 """The built-in tools (each module one family; they run no code but through the Executor)."""
 
+from runtime.tools.builtin.browser import BrowserTool
 from runtime.tools.builtin.document import ReadDocumentTool
 from runtime.tools.builtin.edit import EditFileTool
 from runtime.tools.builtin.exec import CodeExecTool, TerminalTool
@@ -17,6 +18,7 @@ from runtime.tools.builtin.ssh import SshExecTool
 from runtime.tools.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 
 __all__ = [
+    "BrowserTool",
     "CodeExecTool",
     "ContentPublishTool",
     "EditFileTool",
