@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import sys
@@ -31,8 +32,10 @@ def escape_control(value: str) -> str:
 def escape_control_chars(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """Processor: no log injection, every string value printed on one line."""
-    return {k: escape_control(v) if isinstance(v, str) else v for k, v in event_dict.items()}
+    """Processor: no log injection, every string value printed on one line; secrets are
+    redacted first (escaped, a multi-line one would no longer match its value)."""
+    return {k: escape_control(_scrub(v)) if isinstance(v, str) else v
+            for k, v in event_dict.items()}
 
 
 _TOKENS = re.compile(r"(?i)\b(bearer\s+)[^\s'\",;]+|\bnavi_[A-Za-z0-9_-]{20,}")
@@ -48,14 +51,26 @@ def scrub_from_logs(*values: str) -> None:
     global _known_pattern
     added = False
     for value in values:
-        if len(value) >= _MIN_KNOWN and value not in _known:
-            _known[value] = None
-            added = True
+        for form in _forms(value):
+            if len(form) >= _MIN_KNOWN and form not in _known:
+                _known[form] = None
+                added = True
     while len(_known) > _MAX_KNOWN:
         del _known[next(iter(_known))]
     if added:
         ordered = sorted(_known, key=len, reverse=True)  # the longest match first
         _known_pattern = re.compile("|".join(map(re.escape, ordered)))
+
+
+def _forms(value: str) -> list[str]:
+    """A secret as it may show up in a line: itself and, when it spans lines (a PEM key),
+    escaped as a log, ``repr`` or JSON would escape it, and each of its lines."""
+    found = [value]
+    if _CONTROL_CHARS.search(value):
+        found += [escape_control(value), repr(value)[1:-1], json.dumps(value)[1:-1]]
+        found += [line.strip() for line in value.splitlines()
+                  if len(line.strip()) >= 16 and not line.startswith("-----")]
+    return found
 
 
 def _scrub(value: Any) -> Any:

@@ -83,3 +83,28 @@ def test_a_process_that_never_configures_logging_is_safe_too() -> None:
                          cwd=PROJECT_ROOT, timeout=60, check=True)
     text = out.stdout + out.stderr
     assert "Traceback (most recent call last)" in text and OTHER not in text
+
+
+KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\n"
+       + "\n".join(secrets.token_urlsafe(48) for _ in range(4))
+       + "\n-----END OPENSSH PRIVATE KEY-----\n")
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_a_multi_line_secret_is_redacted_before_it_is_escaped(
+        fmt: str, stderr: Callable[[], str]) -> None:
+    """A secret with newlines (an SSH key, any PEM) is redacted whole, in its escaped forms
+    and line by line, never printed in clear in a field or a traceback."""
+    configure_logging(fmt)
+    scrub_from_logs(KEY)
+    log = get_logger("t")
+    log.info("granted", key=KEY, quoted=repr(KEY), one=KEY.splitlines()[2])
+    try:
+        raise ValueError(f"bad key {KEY!r}")
+    except ValueError:
+        log.exception("failed")
+    text = stderr()
+    body = [line for line in KEY.splitlines() if not line.startswith("-----")]
+    for line in body:
+        assert line not in text, (line, text)
+    assert "[redacted]" in text
