@@ -221,6 +221,8 @@ class App {
       view = { session, lastEventId: 0, stream: null, timeline: new Timeline({
         onDecide: (id, decision) => this.api.post(`/v1/approvals/${encodeURIComponent(id)}`,
           { decision }),
+        onAnswer: (id, answer) => this.api.post(`/v1/sessions/${encodeURIComponent(session.id)}`
+          + `/questions/${encodeURIComponent(id)}`, { answer }),
         onChange: () => {
           this.files.refreshSoon();
           this.shares.refreshSoon();

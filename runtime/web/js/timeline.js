@@ -6,10 +6,12 @@
 import { ToolCard } from "./cards.js";
 import { h, formatTime } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { QuestionCards } from "./questions.js";
 
 export class Timeline {
   constructor({ onDecide, onChange, loadImage, findWritten = null, onTurn = () => {},
-    onTurnEnd = () => {} }) {
+    onTurnEnd = () => {}, onAnswer = async () => {} }) {
+    this.questions = new QuestionCards({ onAnswer }); // the agent's ask_user questions
     this.onTurn = onTurn; // (running: boolean) when an agent turn starts or ends
     this.onTurnEnd = onTurnEnd; // (turn id, slot element at its end): e.g. its undo control
     this.turnEnds = new Map(); // turn id -> that slot
@@ -180,6 +182,14 @@ export class Timeline {
         break;
       case "approval_decided":
         this.approvalDecided(event.approval_id, event.status, event.decided_by);
+        break;
+      case "question": {
+        const card = this.questions.card(event);
+        if (card) this.place(card, ts);
+        break;
+      }
+      case "question_answered":
+        this.questions.ended(event.question_id, event.status);
         break;
       case "error":
         if (!event.exec_id) this.outputStarted(true);
