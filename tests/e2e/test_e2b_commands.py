@@ -214,3 +214,32 @@ def test_the_docs_quick_start_runs_as_written(capsys: pytest.CaptureFixture[str]
     exec(compile(block, "docs/e2b.md", "exec"), {})  # noqa: S102 (our own docs)
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["hi", "", "1,2,3", "42"], printed
+
+
+def test_a_revoked_key_ends_its_sandbox_commands(navi: Server, tenant: tuple[str, str]) -> None:
+    """Sandbox-side calls act as the key that created the sandbox: its commands end within
+    10 s of its revocation (reason `revoked`) and its access token stops working."""
+    from e2b import AuthenticationException
+
+    with navi.client(navi.admin_token) as admin:
+        made = admin.post(f"/v1/tenants/{tenant[0]}/tokens", json={"role": "user"}).json()
+    sbx = Sandbox.create(api_key=made["token"])
+    try:
+        handle = sbx.commands.run("sleep 600", background=True)
+        handle.disconnect()
+        with navi.client(navi.admin_token) as admin:
+            admin.delete(f"/v1/tenants/{tenant[0]}/tokens/{made['id']}").raise_for_status()
+        revoked = time.monotonic()
+        found: dict[str, object] = {}
+        with navi.client(tenant[1]) as api:
+            while time.monotonic() - revoked < 30:
+                found = api.get(f"/v1/sessions/{sbx.sandbox_id}/processes").json()[-1]
+                if found["state"] == "exited":
+                    break
+                time.sleep(0.5)
+        assert found["state"] == "exited" and found["reason"] == "revoked", found
+        assert time.monotonic() - revoked < 20
+        with pytest.raises(AuthenticationException):
+            sbx.commands.list()
+    finally:
+        Sandbox.kill(sbx.sandbox_id)  # the tenant's live key (E2B_API_KEY)
