@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from runtime.logging import get_logger
 
@@ -47,8 +48,19 @@ def setup(endpoint: str | None, service: str = "navi-runtime") -> bool:
                                                    schedule_delay_millis=1000))
     _provider = provider
     _tracer = provider.get_tracer("navi.runtime")
-    log.info("tracing_on", endpoint=url)
+    log.info("tracing_on", endpoint=shown_url(url))
     return True
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a log may show it: no user or password, query or fragment (a collector's
+    URL can carry a key in any of them)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def shutdown() -> None:

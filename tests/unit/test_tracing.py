@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from runtime import tracing
 from runtime.errors import InvalidInput
@@ -63,3 +64,13 @@ def test_spans_are_exported_parented_and_a_failure_keeps_its_message(receiver: R
     assert spans["inner"].attributes["error.type"] == "invalid_input"
     assert b"SECRET-IN-MESSAGE" not in receiver.raw()
     assert receiver.paths == ["/v1/traces"]
+
+
+def test_the_collectors_url_is_logged_without_credentials(receiver: Receiver) -> None:
+    """A collector's URL may carry a key (user:password@, ?api_key=): the log shows neither."""
+    port = receiver.url.rsplit(":", 1)[1]
+    with capture_logs() as logs:
+        assert tracing.setup(f"http://user:s3cr3t-key@127.0.0.1:{port}?api_key=k3y#frag")
+    [line] = [e for e in logs if e["event"] == "tracing_on"]
+    assert line["endpoint"] == f"http://127.0.0.1:{port}"
+    assert tracing.shown_url("http://[::1]:4318/v1/traces") == "http://[::1]:4318/v1/traces"
