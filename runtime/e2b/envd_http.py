@@ -2,9 +2,10 @@
 
 Reached on the one Navi address with the `E2b-Sandbox-Id` header naming the sandbox. Every
 route needs the sandbox's access token (`runtime.e2b.auth`). Downloads stream from an fd
-opened beneath the session's disk; uploads stream to disk, multipart (`uploads`) or raw
-`application/octet-stream` with `?path=`, under the tenant's upload limit. Answers
-`[{name, type, path}]` for uploads; errors are `{code, message}`.
+opened beneath the session's disk, holding its lease as `/v1` downloads do; uploads stream
+to disk, multipart (`uploads`) or raw `application/octet-stream` with `?path=`, under the
+tenant's upload limit. Answers `[{name, type, path}]` for uploads; errors are
+`{code, message}`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from runtime.api.disposition import attachment
+from runtime.api.held_response import HeldFileResponse, hold
 from runtime.e2b.auth import sandbox_caller
 from runtime.e2b.files import Entry, SandboxFiles
 from runtime.e2b.paths import MAX_PATH
@@ -39,12 +41,16 @@ async def health(request: Request) -> Response:
 @router.get("/files")
 async def download(request: Request, path: str = Query(..., max_length=MAX_PATH),
                    username: str | None = Query(None, max_length=64)) -> StreamingResponse:
-    files = SandboxFiles(await sandbox_caller(_services(request), request.headers))
-    reader = await files.open_read(path)
-    return StreamingResponse(
-        reader, media_type="application/octet-stream",
-        headers={"Content-Length": str(reader.size),
-                 "Content-Disposition": attachment(path.rsplit("/", 1)[-1] or "file"),
+    """Streamed; the session stays leased until the response has ended, and a session
+    deleted meanwhile (or a reader too slow for `NAVI_SEND_TIMEOUT_S`) cuts it."""
+    services = _services(request)
+    caller = await sandbox_caller(services, request.headers)
+    opened, reader = await SandboxFiles(caller).open_read(path)
+    held = hold(services.reads, caller.principal.tenant_id, caller.session.id, opened, reader)
+    return HeldFileResponse(
+        held, send_timeout_s=services.settings.send_timeout_s,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": attachment(path.rsplit("/", 1)[-1] or "file"),
                  "X-Content-Type-Options": "nosniff"})
 
 

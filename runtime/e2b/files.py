@@ -23,6 +23,7 @@ from runtime.e2b.paths import resolve, shown
 from runtime.errors import Conflict, InvalidInput, NotFound
 from runtime.nodes import OpenFiles
 from runtime.nodes.base import ReadStream
+from runtime.workspace import disk_io
 from runtime.workspace.tmpdir import Root
 from runtime.workspace.tmpdir import shown as navi_shown
 
@@ -148,13 +149,16 @@ class SandboxFiles:
         finally:
             files.close()
 
-    async def open_read(self, path: str) -> ReadStream:
+    async def open_read(self, path: str) -> tuple[OpenFiles, ReadStream]:
+        """The open files and the reader: the caller holds both (the session's lease)
+        until its response has ended (`runtime.api.held_response`)."""
         root, rel = resolve(path)
         files = await self._open(root)
         try:
-            return await asyncio.to_thread(files.open_read, rel)
-        finally:
+            return files, await asyncio.to_thread(files.open_read, rel)
+        except BaseException:
             files.close()
+            raise
 
     async def write(self, path: str, chunks: AsyncIterator[bytes],
                     expected_size: int | None = None) -> Entry:
@@ -176,8 +180,8 @@ class SandboxFiles:
                         await asyncio.to_thread(writer.write, chunk)
                 entry = await asyncio.to_thread(writer.commit)
             except BaseException:
-                with contextlib.suppress(Exception):
-                    writer.abort()
+                with contextlib.suppress(Exception):  # off the loop: the disk may be frozen
+                    await disk_io.run(writer.abort)
                 raise
         finally:
             files.close()
