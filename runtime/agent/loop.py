@@ -172,9 +172,11 @@ class Turn:
                  for t in offered]
         groups = {t.name: t.group for t in offered}
         if self.runner is None:
-            self.runner = ToolRunner(s.services.calls, s.subject, self.events, groups,
-                                     s.profile.stall_repeats,
-                                     self.checkpoint.before_call if self.checkpoint else None)
+            plans = getattr(s.services, "plan_modes", None)
+            self.runner = ToolRunner(
+                s.services.calls, s.subject, self.events, groups, s.profile.stall_repeats,
+                self.checkpoint.before_call if self.checkpoint else None,
+                (lambda: plans.active(s.subject.session)) if plans is not None else None)
         else:  # offered again (a new profile, a tool just written): the turn's counts stay
             self.runner.subject = s.subject
             self.runner.offered = groups

@@ -69,7 +69,8 @@ BeforeCall = Callable[[str, str | None, Any], Awaitable[None]]
 class ToolRunner:
     def __init__(self, calls: SessionToolCall, subject: Subject, events: TurnEvents,
                  offered: dict[str, str], stall_repeats: int,
-                 before_call: BeforeCall | None = None) -> None:
+                 before_call: BeforeCall | None = None,
+                 planning: Callable[[], bool] | None = None) -> None:
         self.calls = calls
         self.subject = subject
         self.events = events
@@ -77,6 +78,7 @@ class ToolRunner:
         self.stall_repeats = stall_repeats
         self.before_call = before_call  # (tool, group, args): the turn's checkpoint
         self._seen: dict[str, int] = {}
+        self.planning = planning  # is the session in plan mode now (its calls say so)
         self.running_exec: str | None = None
 
     async def run(self, call: ToolCallRequest) -> CallOutcome:
@@ -85,6 +87,9 @@ class ToolRunner:
             self._seen[key] = self._seen.get(key, 0) + 1
             if self._seen[key] >= self.stall_repeats:
                 raise Stalled(call.name, self._seen[key])
+        subject = self.subject
+        if self.planning is not None and self.planning():
+            subject = subject.model_copy(update={"plan_mode": True})
         request = CallRequest(
             tool=call.name, args=call.arguments, announced=True,
             origin=CallOrigin(turn_id=self.events.turn_id, call_id=call.id,
@@ -93,16 +98,16 @@ class ToolRunner:
                       if call.arguments is not None
                       else {"_raw": clip(call.raw_arguments, 2048)})
         self.events.flush()
-        self.calls.announce(self.subject, request, shown_args)
+        self.calls.announce(subject, request, shown_args)
         problem = self._refusal(call)
         if problem is not None:
-            self.calls.refused(self.subject, request, problem, "invalid_tool_call")
+            self.calls.refused(subject, request, problem, "invalid_tool_call")
             return _failed(call, request.exec_id, problem, code="invalid_tool_call")
         if self.before_call is not None:
             await self.before_call(call.name, self.offered.get(call.name), call.arguments)
         self.running_exec = request.exec_id
         try:
-            result = await self.calls(self.subject, request)
+            result = await self.calls(subject, request)
         except NaviError as exc:
             if not expected(exc):
                 log.warning("agent_tool_failed", tool=call.name, code=exc.code,

@@ -58,6 +58,7 @@ from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
+from runtime.policy.plan_mode import PlanModes
 from runtime.ports.service import PortsService, token_checker
 from runtime.processes.outlog import tenant_log_bytes
 from runtime.questions import QuestionBroker
@@ -111,6 +112,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         hub = EventHub(ReplayLimits.from_settings(settings))
         kernels = kernel_service(settings, executor, backend, workspaces)
         questions = QuestionBroker(hub, settings.question_timeout_s)
+        plan_modes = PlanModes()
         subagents = SubAgents()  # bound to the services below, once they exist
         reflector = Reflector()
         tools = build_tools(settings.data_dir, policy=policy, executor=executor,
@@ -118,7 +120,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             profiles=SessionProfiles(policy, store, executor, hub),
                             subagents=subagents, tenant_disk=workspaces,
                             shares=ShareStore(store), reviewer=reflector,
-                            questions=questions, kernels=kernels)
+                            questions=questions, plan_modes=plan_modes,
+                            kernels=kernels)
         copies = tools.user_tools.store
         logs = settings.data_dir / "processes"  # background processes' output logs
         workspaces.count_also = lambda tenant_id: (  # in the tenants' disk quotas
@@ -138,6 +141,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         backend=backend, executor=executor, tools=tools,
                         workspaces=workspaces, nodes=nodes, agent=agent,
                         metrics=metrics, hub=hub, secrets=secrets, questions=questions,
+                        plan_modes=plan_modes,
                         kernels=kernels)
     subagents.services = services
     reflector.services = services

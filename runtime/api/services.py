@@ -26,6 +26,7 @@ from runtime.metrics import Metrics
 from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
+from runtime.policy.plan_mode import PlanModes
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sessions.snapshots import SessionSnapshots
@@ -77,6 +78,7 @@ class Services:
     cluster: ClusterPlane | None = None  # NAVI_CLUSTER: the execution nodes
     kernels: KernelService | None = None  # sessions' Python kernels (needs Docker)
     questions: QuestionBroker | None = None  # the agent's `ask_user` questions
+    plan_modes: PlanModes | None = None  # sessions whose agent plans (plan mode)
     ports: PortsService | None = None  # session ports, their proxy and preview origin
     _tenant_names: dict[str, str] = field(default_factory=dict)
     _sandbox_uids: dict[str, int] = field(default_factory=dict)

@@ -29,6 +29,8 @@ class Subject(BaseModel):
                              "sub-agent (spawn_agent) is one deeper than its parent")
     parent_turn: str | None = Field(None, description="a sub-agent's parent turn (audited)")
     node: str = Field("local", description="the cluster node the session lives on (audited)")
+    plan_mode: bool = Field(False, description="the agent plans: only calls that change "
+                            "nothing may run (`runtime.policy.plan_mode`)")
 
     @property
     def policy_tenant(self) -> str:

@@ -58,6 +58,8 @@ from runtime.policy.model import (
     TenantRule,
     ToolRule,
 )
+from runtime.policy.plan_mode import RULE as PLAN_RULE
+from runtime.policy.plan_mode import changes_nothing
 from runtime.policy.session_limits import SessionLimits
 from runtime.policy.session_limits import resolve as resolve_session_limits
 from runtime.sandbox.models import Limits
@@ -189,6 +191,10 @@ class PolicyEngine:
                          f"role {subject.role!r} may not use profile {subject.profile!r}")
         if not TOOL_NAME.fullmatch(tool):
             return _deny("default.deny", "not a tool name")
+        if subject.plan_mode and not changes_nothing(action):
+            return _deny(PLAN_RULE, f"{tool!r} may change something, and the agent is in plan "
+                         "mode: only reads, searches and questions run until its plan is "
+                         "approved (exit_plan_mode)")
         group = self.tool_group(tool, action.group)
         mcp_server = None
         if group == MCP_GROUP:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.policy.engine import PolicyEngine
+from runtime.policy.plan_mode import PlanModes
 from runtime.store.shares import ShareStore
 from runtime.tools.base import Tool
 from runtime.tools.builtin import (
@@ -41,6 +42,7 @@ from runtime.tools.builtin import (
 )
 from runtime.tools.builtin.ask_user import Asker, AskUserTool
 from runtime.tools.builtin.kernel import KernelExecTool, KernelResetTool, Kernels
+from runtime.tools.builtin.planning import plan_tools
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
 from runtime.tools.builtin.search import GlobTool, GrepTool, TreeTool
@@ -94,6 +96,7 @@ def build_tools(
     shares: ShareStore | None = None,
     reviewer: Reviewer | None = None,
     questions: Asker | None = None,
+    plan_modes: PlanModes | None = None,
     kernels: Kernels | None = None,
 ) -> ToolServices:
     """Every built-in tool, wired to its stores, in a registry that asks `policy`;
@@ -155,6 +158,7 @@ def build_tools(
         ContentPublishTool(shares, share_quota),
         ReflectTool(reviewer),
         AskUserTool(questions),
+        *plan_tools(plan_modes, notes),
         KernelExecTool(kernels),
         KernelResetTool(kernels),
     ]
