@@ -106,6 +106,25 @@ PROBE = ("import json, os; s = dict(l.split(':', 1) for l in open('/proc/self/st
          "'mounts': [l.split()[3] for l in open('/proc/self/mounts') if ' /workspace ' in l]}))")
 
 
+def test_searches_run_on_the_node(session: tuple[RemoteNode, str, str]) -> None:
+    """grep, glob and tree cross the hop as one call each: the node walks its own disk."""
+    node, tenant, sid = session
+    files = node.open(tenant, sid)
+    files.write_bytes("src/app.py", b"import os\nTODO = 1\n")
+    files.write_bytes("notes.md", b"todo: call\n")
+    found = files.grep("(?i)todo", glob="*.py")
+    assert [(m.path, m.line, m.text) for m in found.matches] == [("src/app.py", 2, "TODO = 1")]
+    assert files.glob("*.md").paths == ["notes.md"]
+    assert [e.path for e in files.tree(depth=1).entries] == ["notes.md", "src"]
+    with pytest.raises(InvalidInput):
+        files.grep(r"(a)\1")
+    files.close()
+    tmp = node.open(tenant, sid, root="tmp")
+    tmp.write_bytes("log.txt", b"TODO in tmp\n")
+    assert [m.path for m in tmp.grep("TODO").matches] == ["log.txt"]
+    tmp.close()
+
+
 async def test_a_hardened_call_runs_on_the_node_after_its_intent(
         session: tuple[RemoteNode, str, str], cluster: Cluster) -> None:
     node, tenant, sid = session
