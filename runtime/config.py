@@ -114,6 +114,10 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Seconds a download or shared/published read waits for its "
         "client to take the next chunk before it is cut (a stalled reader holds its session).")
     reaper_interval_s: float = Field(10.0, gt=0, description="Seconds between reaper sweeps.")
+    process_keep_on_shutdown: bool = Field(
+        False, description="At a clean shutdown, leave sessions' background processes running "
+        "for the next start to adopt (else they end `interrupted`); after a crash they are "
+        "adopted either way.")
     lease_grace_s: float = Field(30.0, ge=0, description="Lease beyond a call's timeout.")
     tenant_cgroups: bool = Field(
         True, description="Each tenant's containers under a cgroup of its own, so the kernel "

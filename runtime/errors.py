@@ -15,7 +15,8 @@
     │   └── PermissionDenied        a session file's mode bits refuse the sandbox uid (403)
     ├── NotFound                    unknown, or another tenant's (404)
     ├── Conflict                    state does not allow it (409)
-    │   └── SessionBusy             a call or file operation holds the session (409 session_busy)
+    │   ├── SessionBusy             a call or file operation holds the session (409 session_busy)
+    │   └── PortInUse               a running process of the session declares the port (409)
     ├── QuotaExceeded               per-tenant quota (429, retry_after)
     │   ├── DiskQuotaBusy           the tenant's quota is held by sessions in use (429 disk_quota)
     │   ├── RefusalRateExceeded     too many refused calls; none recorded (429 refusal_rate)
@@ -117,6 +118,12 @@ class Conflict(NaviError):
 
 class SessionBusy(Conflict):
     code = "session_busy"
+
+
+class PortInUse(Conflict):
+    """Another running process of the session declared that port."""
+
+    code = "port_in_use"
 
 
 class QuotaExceeded(NaviError):

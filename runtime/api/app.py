@@ -35,6 +35,7 @@ from runtime.api.routes import (
 from runtime.api.routes import kernels as kernel_routes
 from runtime.api.routes import messages as message_routes
 from runtime.api.routes import ports as port_routes
+from runtime.api.routes import processes as process_routes
 from runtime.api.routes import profiles as profile_routes
 from runtime.api.routes import questions as question_routes
 from runtime.api.routes import (
@@ -144,6 +145,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         plan_modes=plan_modes,
                         kernels=kernels)
     subagents.services = services
+    tools.processes.service = services.processes  # the process tools' service
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
@@ -194,6 +196,9 @@ async def _start_ports(services: Services) -> None:
         raise
     services.ports = ports
     services.executor.recorder.for_call = ports.hub.for_call
+    processes = services.processes  # a process's ports: its relay, and gone with it
+    processes.launch_hooks.append(ports.launch_hook)
+    processes.on_end.append(ports.end_hook)
 
 
 async def _start_sandbox(services: Services) -> None:
@@ -204,7 +209,11 @@ async def _start_sandbox(services: Services) -> None:
     try:
         await backend.start()
         reaper = backend.reaper()
-        removed = await reaper.reconcile_startup()
+        kept = await services.processes.adopt()  # live records keep their containers
+        if services.ports is not None:  # their relays reconnect to the same sockets
+            for live in list(services.processes.live.values()):
+                await services.ports.adopt_hook(live.record, live.record.session_id)
+        removed = await reaper.reconcile_startup(keep=kept)
         if removed:
             log.info("startup_reconcile", removed=len(removed))
         services.background.append(reaper.start_periodic(services.settings.reaper_interval_s))
@@ -250,6 +259,7 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    events.router, tool_routes.router, approvals.router, audit.router,
                    message_routes.router, secret_routes.router, share_routes.router,
                    profile_routes.router, snapshot_routes.router, cluster.router,
+                   process_routes.router,
                    question_routes.router, kernel_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))

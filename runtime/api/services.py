@@ -26,6 +26,7 @@ from runtime.metrics import Metrics
 from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
+from runtime.processes import ProcessService
 from runtime.policy.plan_mode import PlanModes
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
@@ -154,6 +155,11 @@ class Services:
                                approver_for=self.approver_for)
 
     @functools.cached_property
+    def processes(self) -> ProcessService:
+        """Sessions' background processes (routes, tools, the E2B bridge)."""
+        return ProcessService(self)
+
+    @functools.cached_property
     def snapshots(self) -> SessionSnapshots:
         """Session snapshots and fork (the routes, and agent turns' checkpoints)."""
         return SessionSnapshots(self)
@@ -175,6 +181,8 @@ class Services:
             with contextlib.suppress(Exception):
                 await self.agent.close()
         await self.kill_running("supervisor shutdown")
+        with contextlib.suppress(Exception):  # before the engine and the disks go
+            await self.processes.close()
         if self.kernels is not None:  # saved to their sessions' disks: a restart finds them
             with contextlib.suppress(Exception):
                 await self.kernels.close()

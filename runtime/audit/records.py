@@ -33,6 +33,7 @@ StateChange = Literal[
     "tenant.create", "approval.decide", "session.profile", "secret.set", "secret.delete",
     "memory.save", "memory.forget", "note.write", "file.share", "file.publish", "share.revoke",
     "snapshot.create", "snapshot.restore", "snapshot.delete", "session.fork", "port.link",
+    "process.start", "process.exit", "process.signal", "process.input",
     "question.ask", "question.answer", "memory.section", "plan.enter", "plan.exit",
 ]
 AuditAction = Literal[Literal["exec"], StateChange]

@@ -33,7 +33,9 @@ from runtime.policy.limits_spec import LimitsSpec as LimitsSpec  # re-exported: 
 from runtime.policy.limits_spec import Strict
 
 GROUPS: dict[str, frozenset[str]] = {
-    "group:exec": frozenset({"code_exec", "terminal", "kernel_exec", "kernel_reset"}),
+    "group:exec": frozenset({"code_exec", "terminal", "process_start", "process_list",
+                             "process_output", "process_input", "process_stop",
+                             "process_wait", "kernel_exec", "kernel_reset"}),
     "group:fs": frozenset({"filesystem", "edit_file", "read_document", "share_file",
                            "grep", "glob", "tree", "notebook_read", "notebook_edit"}),
     "group:web": frozenset({"http_request", "web_view", "web_search", "browser"}),
@@ -106,6 +108,8 @@ class QuotasSpec(Strict):
     sessions_per_tenant: int | None = Field(None, ge=1, le=100000)
     shares_per_tenant: int | None = Field(None, ge=0, le=100000,
                                           description="live share_file/content_publish links")
+    processes_per_tenant: int | None = Field(None, ge=0, le=100000,
+                                             description="background processes running")
 
 
 class Quotas(Strict):
@@ -119,6 +123,7 @@ class Quotas(Strict):
     sessions_per_tenant: int = 100
     queue_depth: int = 8
     shares_per_tenant: int = 100
+    processes_per_tenant: int = 16
 
 
 class Defaults(Strict):

@@ -18,8 +18,8 @@ from runtime.policy.session_limits import SessionLimits
 from runtime.processes.models import StartSpec
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
     from runtime.executor import Approver
+    from runtime.processes.deps import ProcessDeps
 
 WORKDIR = "/workspace"
 RETRY_AFTER_S = 5
@@ -74,7 +74,7 @@ class Places:
 
 
 class Admission:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: ProcessDeps) -> None:
         self.services = services
         self.places = Places()
 

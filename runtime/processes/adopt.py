@@ -68,6 +68,7 @@ async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[s
     outlog = await asyncio.to_thread(service.ends.log_of, record)
     live = LiveProcess(record, str(summary["Id"]), attached, outlog,
                        services.hub.bus(record.session_id))
+    live.stdin_open = False  # its stdin went with the last server's attach
     live.closers.append(lambda: asyncio.to_thread(lease.close))
     lease_until = float((summary.get("Labels") or {}).get(LABEL_LEASE, "0") or 0)
     lifetime_s = max(0.0, lease_until - 1 - LEASE_GRACE_S - record.started_at)

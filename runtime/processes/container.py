@@ -1,14 +1,15 @@
 """A long-running hardened container of its own for one process (or kernel).
 
 The spec is the one every call gets (``DockerBackend``'s ``ContainerSpec``: same image,
-limits, runtime tier, tenant uid and cgroup, mounts, seccomp, labels), with three changes a
-process needs and a call does not:
+limits, runtime tier, tenant uid and cgroup, mounts, seccomp, labels), with what a process
+needs and a call does not:
 
 - a lease covering its lifetime cap (the reaper's ``navi.lease_until``), and the label
   ``navi.process`` naming its record, so a restarted supervisor can find and adopt it;
-- stdin kept open across attaches (``OpenStdin`` without ``StdinOnce``): input may come at
-  any time, and a supervisor that dies does not close the program's stdin;
-- created *detached*: nothing waits for it; its output is read by whoever attaches.
+- nothing waits for it: its output is read by whoever attaches, and a supervisor that
+  restarts attaches again. Its stdin is the one attached client's (``StdinOnce``, as a
+  call's): input may come at any time, ``close_stdin`` half-closes it (EOF), and when that
+  client goes (the server stops or dies) the program's stdin is closed.
 
 Nothing is ever run inside an existing container (no ``exec``); what we do to a running one
 is attach (its own stdio), send it a signal, inspect it and remove it.
@@ -83,8 +84,7 @@ class ProcessContainers:
         api = self.engine.api
         with map_docker_errors("create the process container", image=spec.image):
             host_config = api.create_host_config(**spec.host_config_kwargs())
-            kwargs = {**spec.create_kwargs(host_config), "detach": True}  # no StdinOnce
-            return str(api.create_container(**kwargs)["Id"])
+            return str(api.create_container(**spec.create_kwargs(host_config))["Id"])
 
     async def create(self, spec: ContainerSpec) -> str:
         return await self.engine.acquire(self.engine.remove, self._create, spec)

@@ -22,11 +22,11 @@ from runtime.audit.records import AuditEntry
 from runtime.events import ProcessExited
 from runtime.logging import get_logger
 from runtime.processes.container import ProcessContainers
+from runtime.processes.deps import TokenRef
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord
 from runtime.processes.outlog import OutputLog
 from runtime.sandbox.docker.backend import DockerBackend
-from runtime.sessions.principal import Principal
 
 if TYPE_CHECKING:
     from runtime.processes.service import ProcessService
@@ -76,15 +76,15 @@ class Ends:
         live.tasks.append(asyncio.ensure_future(self._limit(live, left)))
         record = live.record
         if record.token_id and record.token_id != "local":
-            principal = Principal(token_id=record.token_id, tenant_id=record.tenant_id,
-                                  role="user", expires_at=record.token_expires_at)
+            principal = TokenRef(token_id=record.token_id, tenant_id=record.tenant_id,
+                                 expires_at=record.token_expires_at)
             live.tasks.append(asyncio.ensure_future(self._token(live, principal)))
 
     async def _limit(self, live: LiveProcess, after_s: float) -> None:
         await asyncio.sleep(after_s)
         await self.stop(live, "lifetime", "TERM")
 
-    async def _token(self, live: LiveProcess, principal: Principal) -> None:
+    async def _token(self, live: LiveProcess, principal: TokenRef) -> None:
         await self.service.services.token_watch.ended(principal)
         await self.stop(live, "revoked", "TERM")
 

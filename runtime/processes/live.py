@@ -67,6 +67,7 @@ class LiveProcess:
         self.done = asyncio.get_running_loop().create_future()  # ended and recorded
         self.gone = asyncio.get_running_loop().create_future()  # and its container removed
         self.detached = False
+        self.stdin_open = True  # our attach socket's write side (closed: EOF for the program)
         self.tasks: list[asyncio.Future[Any]] = []
         self.closers: list[Callable[[], Awaitable[object]]] = []  # run after it ended
         self._changed = asyncio.Event()
@@ -178,7 +179,17 @@ class LiveProcess:
     def write_input(self, data: bytes) -> None:
         """Blocking: run off the loop."""
         with self._input_lock:
+            if not self.stdin_open:
+                raise BrokenPipeError("its stdin is closed")
             attach.raw_socket(self.attached).sendall(data)
+
+    def close_input(self) -> None:
+        """Half-close our side: the program reads EOF (blocking: run off the loop)."""
+        with self._input_lock:
+            if self.stdin_open:
+                self.stdin_open = False
+                with contextlib.suppress(OSError):
+                    attach.raw_socket(self.attached).shutdown(socket.SHUT_WR)
 
     def close_stream(self) -> None:
         attach.shutdown(self.attached)

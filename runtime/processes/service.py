@@ -47,8 +47,8 @@ from runtime.processes.monitor import wait_for
 from runtime.processes.records import ProcessStore
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
     from runtime.executor import Approver
+    from runtime.processes.deps import ProcessDeps
 
 PREFIX = "p_"
 LaunchHook = Callable[[ProcessInfo, Subject], Awaitable[LaunchExtras | None]]
@@ -56,7 +56,7 @@ EndHook = Callable[[ProcessInfo], Awaitable[None]]
 
 
 class ProcessService:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: ProcessDeps) -> None:
         self.services = services
         self.records = ProcessStore(services.store)
         self.admission = Admission(services)
@@ -244,7 +244,13 @@ class ProcessService:
         try:
             await asyncio.to_thread(live.write_input, data)
         except OSError as exc:
-            raise Conflict(f"process {record.id} does not take input now: {exc}") from None
+            raise Conflict(f"process {record.id} does not take input now ({exc}); its stdin "
+                           "closes when the server that started it stops") from None
+
+    async def close_stdin(self, subject: Subject, process_id: str) -> None:
+        """End the process's input: it reads EOF (E2B's ``stdin=False`` and ``close_stdin``)."""
+        record = await self.record(subject, process_id)
+        await asyncio.to_thread(self._running(record).close_input)
 
     async def signal(self, subject: Subject, process_id: str, signal: SignalName) -> None:
         record = await self.record(subject, process_id)

@@ -7,7 +7,7 @@ owns the two SQLite files of tool state (`<data_dir>/memory.sqlite3`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.policy.engine import PolicyEngine
@@ -42,6 +42,7 @@ from runtime.tools.builtin import (
 )
 from runtime.tools.builtin.ask_user import Asker, AskUserTool
 from runtime.tools.builtin.kernel import KernelExecTool, KernelResetTool, Kernels
+from runtime.tools.builtin.processes import ProcessAccess, process_tools
 from runtime.tools.builtin.planning import plan_tools
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
@@ -71,6 +72,7 @@ class ToolServices:
     memory: MemoryStore
     notes: NotesStore
     user_tools: UserToolCatalogs
+    processes: ProcessAccess = field(default_factory=ProcessAccess)  # bound by the app
 
     async def open(self) -> None:
         await self.memory.open()
@@ -110,6 +112,7 @@ def build_tools(
     # the policy's MCP servers; listing them runs through `executor` (none: no MCP tools)
     mcp = McpCatalog(lambda: policy.policy.mcp_servers if isinstance(policy, PolicyEngine)
                      else {}, executor)
+    processes = ProcessAccess()  # the app binds its ProcessService once it exists
     registry = ToolRegistry(
         mcp=mcp,
         policy=policy,
@@ -123,7 +126,8 @@ def build_tools(
 
     tools: list[Tool] = [
         CodeExecTool(),
-        TerminalTool(),
+        TerminalTool(processes),
+        *process_tools(processes),
         FilesystemTool(),
         EditFileTool(),
         GrepTool(),
@@ -164,4 +168,5 @@ def build_tools(
     ]
     for tool in tools:
         registry.register(tool)
-    return ToolServices(registry=registry, memory=memory, notes=notes, user_tools=catalogs)
+    return ToolServices(registry=registry, memory=memory, notes=notes, user_tools=catalogs,
+                        processes=processes)

@@ -124,19 +124,25 @@ def test_a_process_runs_on_takes_input_and_signals_and_is_audited(
         assert output(client, session, pid, since=got["next"])["output"] == ""
         listed = client.get(f"/v1/sessions/{session}/processes").json()
         assert [p["id"] for p in listed] == [pid]
+        reader = start(client, session, "cat; echo cat-ended-$?")["id"]
+        assert client.post(f"/v1/sessions/{session}/processes/{reader}/input",
+                           json={"data": "last words\n", "eof": True}).status_code == 204
+        assert ended(client, session, reader)["exit_code"] == 0  # cat read EOF
+        assert output(client, session, reader)["output"] == "last words\ncat-ended-0\n"
         signal = client.post(f"/v1/sessions/{session}/processes/{pid}/signal",
                              json={"signal": "KILL"})
         assert signal.status_code == 204
         done = ended(client, session, pid)
         assert done["reason"] == "exited" and done["exit_code"] == 137
         wait_for(lambda: not containers_of(docker_api, pid), what="its container removed")
-        wait_for(lambda: any(e["type"] == "process_exited" for e in events), 10)
+        wait_for(lambda: any(e["type"] == "process_exited" and e["process_id"] == pid
+                             for e in events), 10)
         stop_watching.set()
     kinds = [e["type"] for e in events if e["type"].startswith("process_")]
     assert kinds[0] == "process_started" and kinds[-1] == "process_exited"
     live = "".join(e["data"] for e in events if e["type"] == "process_output")
     assert "ready" in live and "got hello" in live
-    exited = [e for e in events if e["type"] == "process_exited"][0]
+    exited = [e for e in events if e["type"] == "process_exited" and e["process_id"] == pid][0]
     assert exited == exited | {"process_id": pid, "exit_code": 137, "reason": "exited"}
     with server.client(server.token_for(tenant, "auditor")) as auditor:
         records = auditor.get("/v1/audit", params={"session": session}).json()

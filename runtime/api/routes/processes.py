@@ -3,7 +3,8 @@
 `POST /v1/sessions/{id}/processes {command, cwd?, env?, name?, ports?}` → 201, the process;
 `GET .../processes` lists them (oldest first, ended ones kept while the session lives);
 `GET .../processes/{pid}`; `GET .../processes/{pid}/output?since=N` → `{output, next, first,
-state, exit_code}` (at most 1 MiB per answer); `POST .../processes/{pid}/input {data}`;
+state, exit_code}` (at most 1 MiB per answer); `POST .../processes/{pid}/input {data, eof?}`
+(`eof`: then its stdin is closed);
 `POST .../processes/{pid}/signal {signal}`; `DELETE .../processes/{pid}` stops it (TERM,
 KILL after 5 s) → 204. Another tenant's session or process is a plain 404. The work is
 `runtime.processes.ProcessService`'s; a process started here ends when the token that
@@ -35,6 +36,7 @@ class ProcessCreate(StrictBody):
 
 class InputBody(StrictBody):
     data: str = Field(max_length=MAX_INPUT, description="text written to the process's stdin")
+    eof: bool = Field(False, description="then close its stdin (the program reads EOF)")
 
 
 class SignalBody(StrictBody):
@@ -86,7 +88,10 @@ async def process_output(session_id: str, process_id: str, request: Request,
 async def process_input(session_id: str, process_id: str, body: InputBody, request: Request,
                         principal: SessionUser) -> Response:
     processes, subject = await _context(request, principal, session_id)
-    await processes.input(subject, process_id, body.data.encode("utf-8", "surrogatepass"))
+    if body.data or not body.eof:
+        await processes.input(subject, process_id, body.data.encode("utf-8", "surrogatepass"))
+    if body.eof:
+        await processes.close_stdin(subject, process_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
