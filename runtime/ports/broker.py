@@ -38,6 +38,8 @@ SERVE_SOCK = "serve.sock"
 OPEN_TIMEOUT_S = 10.0
 RELAY_WAIT_S = 3.0  # a process that just started: its relay has not connected yet
 MAX_LINE = 128
+MAX_CONNECTIONS = 512
+"""Connections one session's sockets hold at once (the supervisor's file descriptors)."""
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -73,6 +75,9 @@ def _quiet(handler: Handler, conns: weakref.WeakSet[asyncio.StreamWriter] | None
 
     async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if conns is not None:
+            if len(conns) >= MAX_CONNECTIONS:  # sandbox code may open them without end
+                writer.close()
+                return
             conns.add(writer)
         try:
             await handler(reader, writer)

@@ -68,3 +68,28 @@ async def test_ids_and_ports_are_checked(tmp_path: Path) -> None:
         assert not any((tmp_path / "ports").rglob("x"))
     finally:
         await hub.close()
+
+
+async def test_a_session_cannot_hold_unbounded_connections(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Sandbox code can connect to its session's socket in a loop: past the cap the broker
+    closes new connections at once instead of holding a descriptor for each."""
+    import asyncio
+
+    from runtime.ports import broker
+
+    monkeypatch.setattr(broker, "MAX_CONNECTIONS", 8)
+    hub = PortsHub(tmp_path / "ports")
+    try:
+        inv = await hub.for_process(A, "p_1", [8000], Invocation(argv=["x"]))
+        sock = next(m.source for m in inv.mounts if m.target == PORTS_TARGET) / "connect.sock"
+        held = [await asyncio.open_unix_connection(str(sock)) for _ in range(8)]
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_unix_connection(str(sock))
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the broker
+        writer.close()
+        for _, w in held:
+            w.close()
+    finally:
+        await hub.close()
