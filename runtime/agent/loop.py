@@ -31,6 +31,7 @@ from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore
 from runtime.agent.llm import types as llm
 from runtime.agent.models import ModelBlacklist, none_left, profile_models, skippable
+from runtime.agent.planning import MandatoryPlanning
 from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import Situation, annotate, system_prompt
 from runtime.agent.token_check import check_token
@@ -225,6 +226,7 @@ class Turn:
         images: dict[str, list[llm.ImageInput]] = await self._user_images()
         failed: set[str] = set()
         last_text = ""
+        phases = await self._mandatory_planning()
         for iteration in range(1, s.profile.max_iterations + 1):
             self.iterations = self.events.iteration = iteration
             await check_token(s.services.store, s.subject)
@@ -249,10 +251,13 @@ class Turn:
             if answer.too_long:
                 return "too_long", answer.text + "\n\n[stopped: the answer was too long]"
             if not calls:
+                if phases is not None and await phases.after_answer():
+                    continue  # the next planning phase
                 return "stop", answer.text
             self.partial = answer.text
             images = {k: v for k, v in images.items() if k.startswith("user:")}
             reoffer = False
+            done: list[tuple[str, bool, dict[str, Any]]] = []
             for n, call in enumerate(calls):
                 if n >= MAX_CALLS_PER_STEP:
                     await self._store_tool(call, f"Error: at most {MAX_CALLS_PER_STEP} tool "
@@ -269,7 +274,10 @@ class Turn:
                     images[call.id] = outcome.images
                 if outcome.success and call.name in REOFFER_AFTER:
                     reoffer = True
+                done.append((call.name, outcome.success, outcome.meta))
                 await self._store_tool(call, outcome.content, outcome.meta)
+            if phases is not None:
+                await phases.after_calls(done)
             if await self._follow_profile() or reoffer:
                 tools, system = await self._offer()
         note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
@@ -290,6 +298,21 @@ class Turn:
             f"Model {s.model} cannot see images: the {count} image(s) of this message were "
             "not sent to it (it reads their file names only).")))
         return {}
+
+    async def _mandatory_planning(self) -> MandatoryPlanning | None:
+        """The planning phases, when the session's policy profile makes them mandatory (for
+        a top-level turn: a sub-agent works under its parent's approved plan)."""
+        s = self.s
+        plans = getattr(s.services, "plan_modes", None)
+        rule = s.services.policy.policy.profiles.get(s.subject.profile)
+        if plans is None or rule is None or not rule.planning_mandatory \
+                or s.parent_call is not None:
+            return None
+        phases = MandatoryPlanning(
+            modes=plans, notes=getattr(s.services.tools, "notes", None), history=s.history,
+            subject=lambda: s.subject, turn_id=s.turn_id, emit=self.events.emit)
+        await phases.start()
+        return phases
 
     async def _store_tool(self, call: llm.ToolCallRequest, content: str, meta: dict[str, Any]
                           ) -> None:

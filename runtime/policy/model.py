@@ -223,6 +223,9 @@ class Profile(Strict):
     approvals: list[ApprovalRule] = Field(default_factory=list)
     limits: LimitsSpec = LimitsSpec()
     tools: dict[str, ToolRule] = Field(default_factory=dict)
+    planning_mandatory: bool = Field(
+        False, description="every agent turn starts in plan mode and plans in phases "
+        "(analysis, review, structured plan) before a person approves the plan")
 
 
 class TenantOverlay(Strict):

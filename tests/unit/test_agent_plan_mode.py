@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.fakes.agent_harness import AgentHarness
+from runtime.sandbox.fake import FakeBackend, FakeResponse
+from tests.fakes.agent_harness import POLICY, AgentHarness
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
 
@@ -72,3 +74,52 @@ async def test_plan_mode_is_for_agent_turns_only(tmp_path: Path, ollama: FakeOll
         with pytest.raises(InvalidInput):
             await h.services.calls(h.subject, CallRequest(tool="enter_plan_mode", args={}))
         assert not h.services.plan_modes.active(h.subject.session)
+
+
+def mandatory_policy(tmp: Path) -> Path:
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["profiles"]["developer"]["planning_mandatory"] = True
+    path = tmp / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    profiles = tmp / "profiles"
+    profiles.mkdir()
+    (profiles / "developer.yaml").write_text(yaml.safe_dump({
+        "system_prompt": "You are the test agent.", "max_iterations": 10,
+        "tools": ["group:exec", "group:fs", "group:meta", "group:memory"]}))
+    return path
+
+
+async def test_planning_mandatory_runs_the_phases_and_replans(tmp_path: Path,
+                                                              ollama: FakeOllama) -> None:
+    ollama.model.add(
+        Reply(calls=[Call("filesystem", {"action": "read", "path": "notes.txt"}),
+                     Call("filesystem", WRITE)]),
+        Reply(content="Analysis: the notes say hello."),
+        Reply(content="Review: nothing is missing."),
+        Reply(calls=[Call("exit_plan_mode", {"plan": "1. Compute it\n2. Report it"})]),
+        Reply(calls=[Call("code_exec", {"language": "python", "code": "1/0"})]),
+        Reply(content="done"))
+    sandbox = FakeBackend(default=FakeResponse(exit_code=1, stderr=b"ZeroDivisionError\n"))
+    async with AgentHarness(tmp_path / "run", ollama=ollama.url, backend=sandbox,
+                            policy=mandatory_policy(tmp_path),
+                            profiles_dir=tmp_path / "profiles") as h:
+        h.workspace_file("notes.txt", b"hello")
+
+        async def answer(event: Any) -> None:
+            if event.type == "approval_required":
+                h.services.approvals.decide(h.subject.tenant, event.data["approval_id"],
+                                            "approve", by="k_human", role="user")
+
+        events = await h.turn("compute something", on_event=answer)
+        todos = await h.services.tools.notes.todos(h.subject.tenant, h.subject.session)
+    phases = [e.data["phase"] for e in events if e.type == "notice"]
+    assert phases == ["analysis", "review", "plan", "execute", "replan"], results(events)
+    got = results(events)
+    assert got[0][:2] == ("filesystem", True) and got[1] == ("filesystem", False, "plan_mode")
+    assert events[-1].type == "stream_end" and events[-1].data["content"] == "done"
+    nudges = [m["content"] for m in ollama.model.requests[2]["messages"] if m["role"] == "user"]
+    assert any("Phase 2 of 3, review" in n for n in nudges)
+    assert "Phase 3 of 3, plan" in ollama.model.requests[3]["messages"][-1]["content"]
+    assert "Revise the remaining steps" in ollama.model.requests[5]["messages"][-1]["content"]
+    assert [(t["title"], t["status"]) for t in todos] == [("Compute it", "failed"),
+                                                          ("Report it", "pending")]
