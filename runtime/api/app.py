@@ -153,6 +153,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     services.background.append(asyncio.create_task(Sandboxes(services).reap_forever()))
     _release_idle_sessions(services)
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
+        kernels.token_ended = services.token_ended  # and ended with their token
         services.background.append(asyncio.create_task(kernels.sweep_idle()))
     await _start_sandbox(services)
     try:

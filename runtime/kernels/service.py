@@ -21,8 +21,9 @@ import builtins
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from runtime.config import Settings
 from runtime.errors import Conflict, NotFound, QuotaExceeded
@@ -49,6 +50,16 @@ DEFAULT_MAX_KERNELS = 2
 SAVE_TIMEOUT_S = 60.0
 
 T = TypeVar("T")
+TokenEnded = Callable[[Any], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TokenRef:
+    """The token whose execute started a kernel: the kernel ends when the token does."""
+
+    token_id: str
+    tenant_id: str
+    expires_at: float | None = None
 SessionDir = Callable[[str, str], Path]
 Lease = Callable[[str, str], Awaitable[Callable[[], None]]]
 
@@ -60,12 +71,15 @@ class KernelService:
         `session_dir(tenant, session)`: a session's directory (its disk, mounted while a
         lease is held); `lease(tenant, session)`: hold it, returns what gives it back."""
         self.backend = KernelBackend(docker, lease)
+        self.app_executor = executor  # its change limiter is the tenant's, shared
         self.executor = Executor(engine=executor.engine, backend=self.backend,
                                  audit=executor.audit, resolve_image=executor.resolve_image,
                                  quotas=executor.quotas, refusals=executor.admission.refusals)
         self.session_dir = session_dir
         self.lease = lease
         self.idle_s = idle_s
+        self.token_ended: TokenEnded | None = None  # the app's `Services.token_ended`
+        self._watches: dict[int, asyncio.Task[None]] = {}  # id(LiveKernel) -> its watch
 
     # -- the API ---------------------------------------------------------------------------
 
@@ -91,6 +105,7 @@ class KernelService:
             workspace = self.session_dir(subject.tenant, subject.session) / "workspace"
         if (subject.session, name) not in self.backend.live:
             await self._admit_new(subject, name)
+        await self.app_executor.meter_change(subject, "kernel.exec")  # a state change
         action = Action(tool=TOOL, args={"code": code, "kernel": name}, group=GROUP,
                         timeout_s=timeout_s)
         invocation = Invocation(argv=["navi-kernel", name], stdin=code.encode("utf-8"),
@@ -102,6 +117,7 @@ class KernelService:
                                                   approver=approver)
         finally:
             run = self.backend.runs.pop(exec_id, None) or KernelRun()
+            self._watch_token(subject, name)
         e = outcome.execution
         return KernelResult(
             ok=e.ok and run.error is None, stdout=e.stdout, stderr=e.stderr,
@@ -165,8 +181,37 @@ class KernelService:
             except Exception as exc:  # one kernel's trouble must not stop the sweep
                 log.warning("kernel_idle_sweep_failed", error=str(exc))
 
+    def _watch_token(self, subject: Subject, name: str) -> None:
+        """A kernel ends within seconds of the revocation or expiry of the token whose
+        execute started it (`TokenWatch`), its names not saved."""
+        kernel = self.backend.live.get((subject.session, name))
+        if (kernel is None or self.token_ended is None or subject.user in ("", "local")
+                or id(kernel) in self._watches):
+            return
+        task = asyncio.ensure_future(self._end_with_token(
+            kernel, TokenRef(token_id=subject.user, tenant_id=subject.tenant)))
+        self._watches[id(kernel)] = task
+        task.add_done_callback(lambda _: self._watches.pop(id(kernel), None))
+
+    async def _end_with_token(self, kernel: LiveKernel, token: TokenRef) -> None:
+        assert self.token_ended is not None
+        ended = asyncio.ensure_future(self.token_ended(token))
+        gone = asyncio.ensure_future(kernel.container.ended.wait())
+        try:
+            await asyncio.wait({ended, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not ended.done():
+                ended.cancel()
+        if ended.done() and not ended.cancelled() and self.backend.live.get(kernel.key) is kernel:
+            log.info("kernel_ended_with_its_token", session=kernel.session, kernel=kernel.name)
+            await self.backend.stop(kernel)
+            await asyncio.to_thread(state.remove, kernel.session_dir, kernel.name)
+
     async def close(self) -> None:
         """Save every running kernel (a restart finds them saved), then stop them."""
+        for task in list(self._watches.values()):
+            task.cancel()
         kernels = list(self.backend.live.values())
         await asyncio.gather(*(self.backend.save(k, SAVE_TIMEOUT_S / 2) for k in kernels),
                              return_exceptions=True)

@@ -51,12 +51,6 @@ def execute(client: httpx.Client, session: str, code: str, kernel: str = "defaul
     return dict(resp.json())
 
 
-def kernel_containers(api: docker.APIClient, session: str) -> list[dict[str, Any]]:
-    found = api.containers(all=True, filters={"label": f"navi.session={session}"})
-    return [c for c in found if "navi-kernel" in json.dumps(c.get("Command", ""))
-            or "runner" in json.dumps(c.get("Command", ""))]
-
-
 def test_names_persist_and_results_are_jupyters(server: Server, user: tuple[str, str]) -> None:
     _, token = user
     with server.client(token) as client:
@@ -247,5 +241,43 @@ def test_kernel_exec_tool_through_exec(server: Server, user: tuple[str, str]) ->
         assert not gone["ok"] and "NameError" in (gone.get("error") or ""), gone
 
 
-def session_dir(server: Server, tenant: str, session: str) -> Path:
-    return server.data_dir / "workspaces" / tenant / session
+def test_kernel_executes_are_held_to_the_change_rate(tmp_path: Path) -> None:
+    """An execute is a state change: past NAVI_CHANGE_BURST (and its slow refill) it is a
+    429 `change_rate`, recorded as a refusal; red without the service's meter."""
+    srv = start_server(tmp_path, ready_s=180, extra_env={"NAVI_CHANGE_BURST": "2",
+                                                         "NAVI_CHANGE_RATE": "0.001"})
+    try:
+        tenant, token = srv.tenant_with_user()
+        with srv.client(token) as client:
+            session = new_session(client)
+            execute(client, session, "a = 1")
+            execute(client, session, "a + 1")
+            third = client.post(f"/v1/sessions/{session}/kernels/default/execute",
+                                json={"code": "a + 2"}, timeout=120)
+            assert third.status_code == 429, third.text
+            assert third.json()["error"]["code"] == "change_rate"
+        with srv.client(srv.token_for(tenant, "tenant_admin")) as admin:
+            rows = admin.get("/v1/audit", params={"session": session}).json()
+        rows = rows["records"] if isinstance(rows, dict) else rows
+        assert any(r.get("rule") == "limits.change_rate" for r in rows)
+    finally:
+        stop_server(srv)
+
+
+def test_a_kernel_ends_with_the_token_that_started_it(server: Server, user: tuple[str, str],
+                                                      docker_api: docker.APIClient) -> None:
+    tenant, _ = user
+    with server.client(server.admin_token) as admin:
+        made = admin.post(f"/v1/tenants/{tenant}/tokens", json={"role": "user"}).json()
+    with server.client(made["token"]) as client:
+        session = new_session(client)
+        execute(client, session, "kept = 1")
+        assert len(docker_api.containers(filters={"label": f"navi.session={session}"})) == 1
+    with server.client(server.admin_token) as admin:
+        assert admin.delete(f"/v1/tenants/{tenant}/tokens/{made['id']}").status_code == 204
+    revoked_at = time.monotonic()
+    while time.monotonic() - revoked_at < 15 and docker_api.containers(
+            filters={"label": f"navi.session={session}"}):
+        time.sleep(0.2)
+    assert docker_api.containers(filters={"label": f"navi.session={session}"}) == []
+    assert time.monotonic() - revoked_at < 10
