@@ -3,6 +3,7 @@
 // in the URL (`#/sessions/<id>`), so reload, back/forward and links keep it.
 
 import { Api, ApiError, describeError, tokenStore } from "./api.js";
+import { Attachments } from "./attachments.js";
 import { AuditView } from "./audit.js";
 import { $, h, clear, toast } from "./dom.js";
 import { FilesPanel, imageUrl, writtenImages } from "./files.js";
@@ -356,6 +357,8 @@ class App {
   wireComposer() {
     const form = $("#composer");
     const input = $("#message-input");
+    const attachments = new Attachments({ form, input, list: $("#attachments"),
+      onProblem: (text) => toast(text, "error") });
     input.addEventListener("keydown", (ev) => {
       if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
         ev.preventDefault();
@@ -364,14 +367,16 @@ class App {
     });
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
-      const content = input.value.trim();
       const view = this.active;
+      const images = view ? attachments.take() : [];
+      const content = input.value.trim() || (images.length ? "(see the image)" : "");
       if (!content || !view) return;
       input.value = "";
-      view.timeline.userMessage(content);
+      view.timeline.userMessage(images.length ? `${content}\n[${images.length} image(s)]`
+        : content);
       try {
         await this.api.post(`/v1/sessions/${encodeURIComponent(view.session.id)}/messages`,
-          { content });
+          images.length ? { content, images } : { content });
         if (this.active === view) this.head.refreshTitle(); // titled by its first message
       } catch (err) {
         const text = `The message was not accepted: ${describeError(err)}`;
