@@ -243,3 +243,14 @@ def test_a_revoked_key_ends_its_sandbox_commands(navi: Server, tenant: tuple[str
             sbx.commands.list()
     finally:
         Sandbox.kill(sbx.sandbox_id)  # the tenant's live key (E2B_API_KEY)
+
+
+def test_stdin_is_closed_unless_asked_for(sbx: Sandbox) -> None:
+    """E2B's default stdin=False: the command reads EOF at once; with stdin=True it gets
+    input until close_stdin()."""
+    assert sbx.commands.run("cat; echo after-eof", timeout=60).stdout == "after-eof\n"
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "fed\n")
+    sbx.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    assert result.exit_code == 0 and result.stdout == "fed\n"
