@@ -50,6 +50,10 @@ class EgressReport(BaseModel):
                 f"bytes_out={self.bytes_out} bytes_in={self.bytes_in}")
         room = limit - len(text) - len("; +999999 more")
         listed = sorted(self.destinations, key=lambda d: d.verdict != "allowed")  # stable
+        allowed_len = sum(len(f"; allowed {d.host}:{d.port} x{d.count}") for d in listed
+                          if d.verdict == "allowed")
+        if allowed_len > room:  # many hosts under a wildcard: one entry per allowlist entry
+            listed = _grouped(self.allowlist, listed)
         more = self.dropped
         for i, d in enumerate(listed):
             why = f" ({d.reason})" if d.reason else ""
@@ -59,6 +63,34 @@ class EgressReport(BaseModel):
                 break
             text, room = text + part, room - len(part)
         return text + (f"; +{more} more" if more else "")
+
+
+def _wildcard(allowlist: list[str], host: str) -> str | None:
+    """The ``*.suffix`` entry of ``allowlist`` that ``host`` falls under, if any."""
+    name = host.lower().rstrip(".")
+    for entry in allowlist:
+        suffix = entry.lower().rstrip(".")[2:] if entry.startswith("*.") else ""
+        if suffix and name.endswith("." + suffix):
+            return entry
+    return None
+
+
+def _grouped(allowlist: list[str], listed: list[EgressDestination]) -> list[EgressDestination]:
+    """Allowed destinations folded into their wildcard entry (``*.x:443 x57 (12 hosts)``),
+    so a program making up names under a wildcard cannot push another allowed host out of
+    the line; refused ones as they were."""
+    groups: dict[tuple[str, int], list[EgressDestination]] = {}
+    for d in listed:
+        if d.verdict == "allowed":
+            entry = _wildcard(allowlist, d.host) or d.host
+            groups.setdefault((entry, d.port), []).append(d)
+    folded = [
+        ds[0] if len(ds) == 1 else EgressDestination(
+            host=entry, port=port, verdict="allowed", count=sum(d.count for d in ds),
+            reason=None if len(ds) < 2 else f"{len(ds)} hosts")
+        for (entry, port), ds in groups.items()]
+    folded.sort(key=lambda d: d.reason is not None)  # exact hosts before wildcard groups
+    return folded + [d for d in listed if d.verdict != "allowed"]
 
 
 class EgressLedger:
@@ -87,8 +119,20 @@ class EgressLedger:
         elif self._distinct[verdict] < MAX_DESTINATIONS:  # refused names take no allowed room
             self._counts[key] = 1
             self._distinct[verdict] += 1
+        elif verdict == "allowed" and (entry := self._entry(host)) is not None:
+            folded = (entry, port, verdict, None)  # past the cap: counted under its entry
+            self._counts[folded] = self._counts.get(folded, 0) + 1
         else:
             self.dropped += 1
+
+    def _entry(self, host: str) -> str | None:
+        """The allowlist entry an allowed host is listed under past the cap: itself when
+        named exactly, else its wildcard (so at most one key per allowlist entry)."""
+        name = host.lower().rstrip(".")
+        for entry in self.allowlist:  # the entry, not the host: its spellings are many
+            if name == entry.lower().rstrip("."):
+                return entry
+        return _wildcard(self.allowlist, host)
 
     def report(self) -> EgressReport:
         dests = [

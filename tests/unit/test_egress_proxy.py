@@ -288,3 +288,21 @@ async def test_a_cluster_address_is_refused_before_any_connect(
             assert b"cluster address" in await reader.read()
             writer.close()
     assert tried == [] and proxy.report().allowed == 0 and proxy.report().refused == 2
+
+
+def test_names_made_up_under_a_wildcard_cannot_push_an_allowed_host_out() -> None:
+    """A program allowed `*.cdn.example` connects to 200 names under it before the host that
+    matters: that host is still in the report and the audit line, the 200 as one entry."""
+    ledger = EgressLedger(["api.example.org", "*.cdn.example"])
+    for i in range(200):
+        ledger.record(f"n{i:03d}-{'z' * 20}.cdn.example", 443, "allowed")
+    ledger.record("api.example.org", 443, "allowed")
+    ledger.record("evil.example", 443, "refused", "host not in the allowlist")
+    report = ledger.report()
+    assert report.allowed == 201 and report.dropped == 0
+    assert any(d.host == "api.example.org" for d in report.destinations)
+    line = report.summary()
+    assert len(line) <= 600, line
+    assert "; allowed api.example.org:443 x1" in line
+    assert "; allowed *.cdn.example:443 x200 (" in line
+    assert "; refused evil.example:443 x1 (host not in the allowlist)" in line
