@@ -26,8 +26,8 @@ from runtime.metrics import Metrics
 from runtime.nodes import Nodes
 from runtime.policy.decision import Action, Decision, Subject
 from runtime.policy.engine import PolicyEngine
-from runtime.processes import ProcessService
 from runtime.policy.plan_mode import PlanModes
+from runtime.processes import ProcessService
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sessions.snapshots import SessionSnapshots

@@ -42,8 +42,8 @@ from runtime.tools.builtin import (
 )
 from runtime.tools.builtin.ask_user import Asker, AskUserTool
 from runtime.tools.builtin.kernel import KernelExecTool, KernelResetTool, Kernels
-from runtime.tools.builtin.processes import ProcessAccess, process_tools
 from runtime.tools.builtin.planning import plan_tools
+from runtime.tools.builtin.processes import ProcessAccess, process_tools
 from runtime.tools.builtin.profiles import ProfileDirectory
 from runtime.tools.builtin.reflect import Reviewer
 from runtime.tools.builtin.search import GlobTool, GrepTool, TreeTool
