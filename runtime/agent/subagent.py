@@ -62,6 +62,7 @@ class SubAgents:
 
     def __init__(self) -> None:
         self.services: AgentDeps | None = None
+        self.background: Any = None  # `runtime.agent.background.BackgroundAgents`, bound
 
     @staticmethod
     async def _offered(services: AgentDeps, subject: Subject, profile: AgentProfile
@@ -72,6 +73,13 @@ class SubAgents:
     async def run(self, parent: Subject, task: str, profile: str | None,
                   parent_turn: str | None, parent_call: str | None) -> tuple[str, str, str]:
         """(stop reason, answer, the sub-agent's turn id); `InvalidInput` when refused."""
+        turn, _history = await self.build(parent, task, profile, parent_turn, parent_call)
+        return await run_nested(turn, parent_call)
+
+    async def build(self, parent: Subject, task: str, profile: str | None,
+                    parent_turn: str | None, parent_call: str | None
+                    ) -> tuple[Turn, EphemeralHistory]:
+        """The sub-agent's turn, checked and ready (its conversation in `history`)."""
         services = self.services
         agent = services.agent if services is not None else None
         if services is None or agent is None:
@@ -107,11 +115,16 @@ class SubAgents:
                           profile=bounded, persona=agent.persona, model=models[0],
                           subject=child, turn_id=turn_id, content=task,
                           parent_call=parent_call, models=models, blacklist=agent.blacklist)
-        turn = Turn(setup, TurnEvents(services.hub.bus(parent.session), turn_id))
-        nested = NESTED_TURN.set((parent_call or "", turn_id))
-        try:
-            await turn.run()
-        finally:
-            NESTED_TURN.reset(nested)
-        reason, answer = turn.ended or ("error", "the sub-agent ended without an answer")
-        return reason, answer, turn_id
+        return Turn(setup, TurnEvents(services.hub.bus(parent.session), turn_id)), history
+
+
+async def run_nested(turn: Turn, parent_call: str | None) -> tuple[str, str, str]:
+    """Run a sub-agent's turn with its events nested under the parent's call."""
+    turn_id = turn.s.turn_id
+    nested = NESTED_TURN.set((parent_call or "", turn_id))
+    try:
+        await turn.run()
+    finally:
+        NESTED_TURN.reset(nested)
+    reason, answer = turn.ended or ("error", "the sub-agent ended without an answer")
+    return reason, answer, turn_id

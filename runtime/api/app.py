@@ -12,6 +12,7 @@ from starlette.routing import Mount, Route
 
 from runtime import __version__, tracing
 from runtime.agent import AgentService
+from runtime.agent.background import BackgroundAgents
 from runtime.agent.recovery import close_interrupted_turns
 from runtime.agent.reflect import Reflector
 from runtime.agent.subagent import SubAgents
@@ -145,6 +146,8 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         plan_modes=plan_modes,
                         kernels=kernels)
     subagents.services = services
+    subagents.background = BackgroundAgents(subagents)  # spawn_agent {background: true}
+    services.processes.register_kind("agent", subagents.background)
     tools.processes.service = services.processes  # the process tools' service
     reflector.services = services
     await _start_ports(services)
