@@ -116,9 +116,13 @@ def test_readme_tour_runs_as_written(make_run: Path) -> None:
     # 5. the file the code wrote, the audit's last rule, a verified chain
     lines = out.splitlines()
     assert "12" in lines, out
-    verify = json.loads(lines[-1])
+    at = next(i for i, line in enumerate(lines) if '"first_bad_seq"' in line)
+    verify = json.loads(lines[at])
     assert verify["ok"] is True and verify["first_bad_seq"] is None, verify
-    assert lines[-2].startswith("profiles.developer"), lines[-2]
+    assert lines[at - 1].startswith("profiles.developer"), lines[at - 1]
+    # 7. the dev server's answer through Navi (the file step 3 wrote), then a preview link
+    assert lines[-2] == "12", out
+    assert lines[-1].startswith("http://") and ".localhost:" in lines[-1], out
 
 
 @pytest.mark.browser
