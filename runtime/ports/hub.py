@@ -9,7 +9,9 @@ of argv: the container keeps ``--network none`` and nothing is published on the 
 
 from __future__ import annotations
 
+import asyncio
 import re
+import shutil
 from pathlib import Path
 
 from runtime.errors import InvalidInput, NotFound
@@ -147,6 +149,9 @@ class PortsHub:
             for process_id in list(broker.ports().values()):
                 self._session_of.pop(process_id, None)
             await broker.close(forget=True)
+        name = _safe(session, "session id")  # a broker closed earlier left its directories
+        for directory in (self.root / "s" / name, self.root / "p" / name):
+            await asyncio.to_thread(shutil.rmtree, directory, True)
 
     async def close(self) -> None:
         """Sockets closed, directories kept: running process containers have them mounted

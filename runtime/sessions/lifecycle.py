@@ -86,6 +86,9 @@ async def end_session(services: Services, record: SessionRecord) -> None:
     node = services.nodes.for_session(record)
     with contextlib.suppress(Exception):
         await node.backend.release_session(record.id)  # its warm containers
+    if services.ports is not None:  # its preview links, proxy pool and relay sockets
+        with contextlib.suppress(Exception):
+            await services.ports.release_session(record.id)
     await services.store.delete_session(record.tenant_id, record.id)
     await services.tools.notes.drop_session(record.tenant_id, record.id)
     services.reads.cut(record.tenant_id, record.id)  # downloads in flight hold its disk

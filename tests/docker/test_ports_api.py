@@ -107,6 +107,11 @@ def test_later_calls_reach_the_port_other_sessions_do_not(server: Server) -> Non
         assert call(client, mine, f"http://127.0.0.1:{PORT}/from-call") == "hello /from-call"
         assert call(client, other, f"http://127.0.0.1:{PORT}/x").startswith("failed:")
         assert client.get(f"/v1/sessions/{other}/ports/{PORT}/x").status_code == 404
+        # the session goes: its process, its port and its relay's directories with it
+        assert (server.data_dir / "ports" / "s" / mine).is_dir()
+        assert client.delete(f"/v1/sessions/{mine}").status_code == 204
+        assert not (server.data_dir / "ports" / "s" / mine).exists()
+        assert not (server.data_dir / "ports" / "p" / mine).exists()
 
 
 def test_preview_links(server: Server) -> None:
