@@ -135,7 +135,14 @@ async def test_one_turn_at_a_time_and_cancel(tmp_path: Path, ollama: FakeOllama)
         await h.start("first")
         with pytest.raises(Conflict):
             await h.start("second")
-        await asyncio.sleep(0.3)
+        # cancel once the answer has begun to stream (a sleep raced the first model call,
+        # which takes longer on a loaded machine with this wave's many tools to offer)
+        stream = h.bus.subscribe(mark)
+        async with asyncio.timeout(20):
+            async for event in stream:
+                if event.type == "stream_delta":
+                    break
+        await stream.aclose()
         t0 = time.monotonic()
         assert await h.services.agent.cancel(h.subject.session, h.services)
         assert time.monotonic() - t0 < 5
