@@ -68,7 +68,11 @@ def _memory(api: docker.APIClient, session: str) -> dict[str, Any]:
     found = api.containers(filters={"label": f"navi.session={session}"})
     out: dict[str, Any] = {"containers": len(found), "memory_bytes": 0}
     for container in found:
-        stats = api.stats(container["Id"], stream=False)
+        try:
+            stats = api.stats(container["Id"], stream=False)
+        except Exception:  # removed meanwhile (a kernel being stopped)
+            out["containers"] -= 1
+            continue
         mem = stats.get("memory_stats", {})
         inactive = (mem.get("stats") or {}).get("inactive_file", 0)
         out["memory_bytes"] += max(0, int(mem.get("usage", 0)) - int(inactive))
@@ -128,6 +132,10 @@ async def run(runs: int, idle_s: float) -> dict[str, Any]:
                     if listed and listed[0]["state"] == "saved":
                         break
                 saved = _memory(api, session)
+                until = time.monotonic() + 30  # the record says saved; the container goes next
+                while saved["containers"] and time.monotonic() < until:
+                    await asyncio.sleep(0.5)
+                    saved = _memory(api, session)
                 state = list((tmp / "data" / "workspaces").glob(f"*/{session}/kernels/default/"
                                                                   "state.pkl"))
                 saved["state_bytes"] = state[0].stat().st_size if state else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,12 @@ class KernelContainer:
     async def send(self, job: dict[str, Any]) -> None:
         line = json.dumps(job, separators=(",", ":")).encode() + b"\n"
         try:
-            await attach.in_thread(self.sock.sendall, line, name="navi-kernel-send")
+            try:  # what the socket takes now, from the loop (no thread hop for a short job)
+                sent = self.sock.send(line, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(line):
+                await attach.in_thread(self.sock.sendall, line[sent:], name="navi-kernel-send")
         except OSError as exc:
             raise SandboxError(f"the kernel's stdin is closed: {exc}") from exc
 
