@@ -155,3 +155,21 @@ def test_saved_state_is_unpickled_only_in_the_sandbox(server: Server) -> None:
     uid, hostname, interfaces = ran
     assert uid != 0 and uid != os.getuid() and hostname == "sandbox" and interfaces == ["lo"]
     assert not host_marker.exists()
+
+
+def test_saved_state_is_part_of_snapshots(server: Server) -> None:
+    _, token = server.tenant_with_user()
+    with server.client(token) as client:
+        session = client.post("/v1/sessions", json={}).json()["id"]
+        execute(client, session, "kept = 'in the snapshot'")
+        wait_saved(client, session)
+        snap = client.post(f"/v1/sessions/{session}/snapshots", json={})
+        assert snap.status_code == 201, snap.text
+        assert client.delete(f"/v1/sessions/{session}/kernels/default").status_code == 204
+        assert client.get(f"/v1/sessions/{session}/kernels").json() == []
+        restored = client.post(f"/v1/sessions/{session}/snapshots/{snap.json()['id']}/restore")
+        assert restored.status_code == 200, restored.text
+        assert [k["state"] for k in client.get(f"/v1/sessions/{session}/kernels").json()] == [
+            "saved"]
+        back = execute(client, session, "kept")
+        assert back["results"] == [{"text/plain": "'in the snapshot'"}], back
