@@ -41,6 +41,8 @@ from runtime.policy.decision import Action, Subject
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.workspace import Workspaces
+from runtime.workspace.disk import WORKSPACE
+from runtime.workspace.tmpdir import TMP
 
 log = get_logger(__name__)
 
@@ -101,8 +103,9 @@ class KernelService:
         check_kernel_name(name)
         if subject.node != "local":
             raise Conflict("kernels do not run on cluster nodes yet")
-        if workspace is None:
-            workspace = self.session_dir(subject.tenant, subject.session) / "workspace"
+        if workspace is None:  # a caller without the call path's context (E2B)
+            session_dir = self.session_dir(subject.tenant, subject.session)
+            workspace, tmp = session_dir / WORKSPACE, tmp or session_dir / TMP
         if (subject.session, name) not in self.backend.live:
             await self._admit_new(subject, name)
         await self.app_executor.meter_change(subject, "kernel.exec")  # a state change
