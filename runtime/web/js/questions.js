@@ -56,7 +56,9 @@ export class QuestionCards {
 
   ended(id, how, answer = null) {
     const found = this.cards.get(id);
-    if (!found || found.node.classList.contains("ended")) return;
+    if (!found) return;
+    // the event and this page's own answer may arrive in either order: the answer's text wins
+    if (found.node.classList.contains("ended") && answer === null) return;
     found.node.classList.add("ended");
     found.controls.hidden = true;
     const said = ENDED[how] || how;
