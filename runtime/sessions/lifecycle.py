@@ -91,6 +91,7 @@ async def end_session(services: Services, record: SessionRecord) -> None:
             await services.ports.release_session(record.id)
     await services.store.delete_session(record.tenant_id, record.id)
     await services.tools.notes.drop_session(record.tenant_id, record.id)
+    await services.tools.memory.drop_scope(record.tenant_id, f"session:{record.id}")
     services.reads.cut(record.tenant_id, record.id)  # downloads in flight hold its disk
     await asyncio.to_thread(node.remove, record.tenant_id, record.id)
     services.hub.drop(record.id)
