@@ -10,14 +10,11 @@ refusal rate, ``runtime.audit.refusals``), so the flood writes a bounded number 
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 from collections.abc import Callable
 
+from runtime.audit.buckets import TenantBuckets
 from runtime.errors import ChangeRateExceeded
-
-MAX_TENANTS = 10_000  # buckets kept; a full bucket is forgotten first (it is the default)
 
 
 class ChangeLimiter:
@@ -28,32 +25,16 @@ class ChangeLimiter:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.burst = burst
         self.rate = rate
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, at)
-        self._lock = threading.Lock()
+        self._buckets = TenantBuckets(burst=burst, rate=rate, clock=clock)
         self.limited = 0  # changes answered 429 (metrics, tests)
 
-    def take(self, tenant: str) -> None:
+    def take(self, tenant_id: str) -> None:
         if self.burst <= 0:
             return
-        now = self._clock()
-        with self._lock:
-            tokens, at = self._buckets.get(tenant, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[tenant] = (tokens - 1.0, now)
-                self._forget_full(now)
-                return
-            self._buckets[tenant] = (tokens, now)
-            self.limited += 1
-        wait = math.ceil((1.0 - tokens) / self.rate)
+        wait = self._buckets.take(tenant_id)
+        if wait is None:
+            return
+        self.limited += 1
         raise ChangeRateExceeded(
             f"too many changes for this tenant (more than {self.burst} at once, then "
-            f"{self.rate:g} per second); slow down", retry_after=max(1, wait))
-
-    def _forget_full(self, now: float) -> None:
-        if len(self._buckets) <= MAX_TENANTS:
-            return
-        for tenant, (tokens, at) in list(self._buckets.items()):
-            if tokens + (now - at) * self.rate >= self.burst:
-                del self._buckets[tenant]
+            f"{self.rate:g} per second); slow down", retry_after=wait)

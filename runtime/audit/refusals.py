@@ -10,14 +10,11 @@ and always keeps its intent and outcome records.
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 from collections.abc import Callable
 
+from runtime.audit.buckets import TenantBuckets
 from runtime.errors import RefusalRateExceeded
-
-MAX_TENANTS = 10_000  # buckets kept; a full bucket is forgotten first (it is the default)
 
 
 class RefusalLimiter:
@@ -28,32 +25,16 @@ class RefusalLimiter:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.burst = burst
         self.rate = rate
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, at)
-        self._lock = threading.Lock()
+        self._buckets = TenantBuckets(burst=burst, rate=rate, clock=clock)
         self.limited = 0  # refusals answered 429 without a record (metrics, tests)
 
     def take(self, tenant_id: str) -> None:
         if self.burst <= 0:
             return
-        now = self._clock()
-        with self._lock:
-            tokens, at = self._buckets.get(tenant_id, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[tenant_id] = (tokens - 1.0, now)
-                self._forget_full(now)
-                return
-            self._buckets[tenant_id] = (tokens, now)
-            self.limited += 1
-        wait = math.ceil((1.0 - tokens) / self.rate) if self.rate > 0 else 60
+        wait = self._buckets.take(tenant_id)
+        if wait is None:
+            return
+        self.limited += 1
         raise RefusalRateExceeded(
             f"too many refused calls for this tenant (more than {self.burst} at once, then "
-            f"{self.rate:g} per second); slow down", retry_after=max(1, wait))
-
-    def _forget_full(self, now: float) -> None:
-        if len(self._buckets) <= MAX_TENANTS:
-            return
-        for tenant_id, (tokens, at) in list(self._buckets.items()):
-            if tokens + (now - at) * self.rate >= self.burst:
-                del self._buckets[tenant_id]
+            f"{self.rate:g} per second); slow down", retry_after=wait)
