@@ -217,6 +217,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX processes_by_state ON processes(state)",
         ),
     ),
+    Migration(
+        10,
+        "e2b: commands' pids and code contexts of sandboxes",  # runtime.e2b.store
+        (
+            """CREATE TABLE e2b_pids (
+                session_id TEXT NOT NULL REFERENCES e2b_sandboxes(session_id)
+                    ON DELETE CASCADE,
+                pid INTEGER NOT NULL,
+                process_id TEXT NOT NULL,
+                tag TEXT,
+                config TEXT NOT NULL DEFAULT '{}',
+                PRIMARY KEY (session_id, pid)
+            )""",
+            """CREATE TABLE e2b_contexts (
+                session_id TEXT NOT NULL REFERENCES e2b_sandboxes(session_id)
+                    ON DELETE CASCADE,
+                context_id TEXT NOT NULL,
+                kernel TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                PRIMARY KEY (session_id, context_id)
+            )""",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
