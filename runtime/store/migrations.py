@@ -240,6 +240,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        11,
+        "preview links survive a restart",  # runtime.ports.previews (the secret is not kept)
+        (
+            """CREATE TABLE preview_links (
+                id TEXT PRIMARY KEY,
+                tenant_id TEXT NOT NULL,
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                port INTEGER NOT NULL,
+                process_id TEXT NOT NULL,
+                token_id TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                expires_at REAL NOT NULL
+            )""",
+            "CREATE INDEX preview_links_by_session ON preview_links(session_id)",
+        ),
+    ),
 )
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
