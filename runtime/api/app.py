@@ -70,6 +70,7 @@ from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.instance import load_instance_id
 from runtime.sessions.profiles import SessionProfiles
 from runtime.store import Store
+from runtime.store.ids import TenantId
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
 from runtime.tools import build_tools
@@ -174,7 +175,7 @@ def _release_idle_sessions(services: Services) -> None:
     workspaces = services.workspaces
 
     async def tenant_limit(tenant_id: str) -> int:
-        quotas = services.policy.quotas(await services.tenant_name(tenant_id))
+        quotas = services.policy.quotas(await services.tenants.name(TenantId(tenant_id)))
         return quotas.tenant_disk_mb * 1024 * 1024
 
     workspaces.drop_containers = lambda session_id: call_on_loop(

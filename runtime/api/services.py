@@ -32,6 +32,7 @@ from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sessions.snapshots import SessionSnapshots
 from runtime.store import Store
+from runtime.store.tenants import TenantId, TenantName, Tenants
 from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
@@ -81,14 +82,15 @@ class Services:
     questions: QuestionBroker | None = None  # the agent's `ask_user` questions
     plan_modes: PlanModes | None = None  # sessions whose agent plans (plan mode)
     ports: PortsService | None = None  # session ports, their proxy and preview origin
-    _tenant_names: dict[str, str] = field(default_factory=dict)
-    _sandbox_uids: dict[str, int] = field(default_factory=dict)
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     reads: HeldReads = field(default_factory=HeldReads)  # downloads in flight, cut on delete
+    tenants: Tenants = field(init=False)  # tenant id -> name, sandbox uid (cached)
     token_watch: TokenWatch = field(init=False)  # streams end when their token is revoked
     verifier: ChainVerifier = field(init=False)  # /v1/audit/verify, on a worker of its own
 
     def __post_init__(self) -> None:
+        self.tenants = Tenants(self.store, uid_base=self.settings.sandbox_uid_base,
+                               host_passwd=self.settings.host_passwd)
         self.token_watch = TokenWatch(self.store)
         self.verifier = ChainVerifier(self.settings.data_dir, head=lambda: self.audit.head)
 
@@ -106,22 +108,9 @@ class Services:
             raise NotFound("secrets are not kept on this server")
         return self.secrets
 
-    async def tenant_name(self, tenant_id: str) -> str:
-        name = self._tenant_names.get(tenant_id)
-        if name is None:
-            tenant = await self.store.get_tenant(tenant_id)
-            name = tenant.name if tenant is not None else tenant_id
-            self._tenant_names[tenant_id] = name
-        return name
-
-    async def sandbox_uid(self, tenant_id: str) -> int:
-        """The uid the tenant's sandboxes run as (stable; cached once known)."""
-        uid = self._sandbox_uids.get(tenant_id)
-        if uid is None:
-            uid = await self.store.tenant_sandbox_uid(tenant_id, self.settings.sandbox_uid_base,
-                                                      self.settings.host_passwd)
-            self._sandbox_uids[tenant_id] = uid
-        return uid
+    async def tenant_name(self, tenant_id: str) -> TenantName:
+        """Kept for callers not yet moved to `tenants.name` (the E2B bridge)."""
+        return await self.tenants.name(TenantId(tenant_id))
 
     def approver_for(self, bus: SessionEventBus) -> Approver:
         """An approver that asks the session's humans: `approval_required` on the bus, then

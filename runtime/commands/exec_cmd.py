@@ -53,6 +53,7 @@ from runtime.policy import Action, Decision, PolicyEngine, Subject, load_policy
 from runtime.policy.decision import Role
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
 from runtime.sandbox.models import Execution, OutputChunk
+from runtime.store.ids import TenantId, TenantName
 from runtime.tools.base import ToolResult
 from runtime.tools.builtin.exec import CodeExecTool, TerminalTool
 from runtime.tools.registry import ToolRegistry
@@ -167,8 +168,10 @@ def exec_command(
     args = parse_args(arg or [])
     try:
         engine = PolicyEngine(load_policy(settings.policy))
-        subject = Subject(tenant=tenant, role=cast(Role, role), user="cli", session="cli",
-                          profile=profile or engine.default_profile(tenant) or "developer")
+        subject = Subject(tenant=TenantId(tenant), role=cast(Role, role), user="cli",
+                          session="cli",
+                          profile=profile or engine.default_profile(TenantName(tenant))
+                          or "developer")
         action = Action(tool=tool, args=args, timeout_s=timeout)
         interactive = not as_json and sys.stdin.isatty()
         result = asyncio.run(run_exec(settings, engine, subject, action, workspace,

@@ -18,6 +18,7 @@ from runtime.config import Settings
 from runtime.logging import escape_control
 from runtime.policy import Action, PolicyEngine, PolicyFileError, Subject, load_policy
 from runtime.policy.decision import Role
+from runtime.store.ids import TenantId, TenantName
 
 app = typer.Typer(help="Validate policies and explain decisions.", no_args_is_help=True)
 
@@ -84,12 +85,13 @@ def explain(
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise typer.BadParameter("must be a positive number of seconds", param_hint="--timeout")
     engine = _load(policy or Settings().policy)
-    chosen = profile or engine.default_profile(tenant) or "developer"
-    subject = Subject(tenant=tenant, role=cast(Role, role), profile=chosen, user="cli")
+    name = TenantName(tenant)  # the CLI's tenant is what policy files match
+    chosen = profile or engine.default_profile(name) or "developer"
+    subject = Subject(tenant=TenantId(tenant), role=cast(Role, role), profile=chosen, user="cli")
     action = Action(tool=tool, group=group, args=parse_args(arg or []), timeout_s=timeout)
     decision = engine.decide(subject, action)
-    quotas = engine.quotas(tenant)
-    found = engine.tenant_rule(tenant)
+    quotas = engine.quotas(name)
+    found = engine.tenant_rule(name)
     if as_json:
         typer.echo(json.dumps({"subject": subject.model_dump(), "tool": tool,
                                "decision": decision.model_dump(), "quotas": quotas.model_dump()}))

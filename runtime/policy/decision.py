@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.sandbox.models import Limits
+from runtime.store.ids import TenantId, TenantName
 
 Role = Literal["admin", "tenant_admin", "user", "auditor"]
 Verdict = Literal["allow", "deny", "ask"]
@@ -17,8 +18,8 @@ class Subject(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    tenant: str = Field(description="tenant id (storage, audit, labels)")
-    tenant_name: str | None = Field(None, description="tenant name, what policy files match")
+    tenant: TenantId = Field(description="tenant id (storage, audit, labels)")
+    tenant_name: TenantName | None = Field(None, description="tenant name, what policy files match")
     role: Role = "user"
     user: str = "local"
     profile: str = "developer"
@@ -33,9 +34,9 @@ class Subject(BaseModel):
                             "nothing may run (`runtime.policy.plan_mode`)")
 
     @property
-    def policy_tenant(self) -> str:
+    def policy_tenant(self) -> TenantName:
         """The key policy files use for tenants: the name when known, else the id."""
-        return self.tenant_name or self.tenant
+        return self.tenant_name or TenantName(self.tenant)
 
 
 SERVER_TENANT = "_server"

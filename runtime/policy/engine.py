@@ -63,6 +63,7 @@ from runtime.policy.plan_mode import changes_nothing
 from runtime.policy.session_limits import SessionLimits
 from runtime.policy.session_limits import resolve as resolve_session_limits
 from runtime.sandbox.models import Limits
+from runtime.store.ids import TenantName
 
 Permission = Literal["run_tools", "read_audit", "manage"]
 RULE_OF = {"process_start": "terminal", "kernel_exec": "code_exec"}
@@ -102,20 +103,20 @@ class PolicyEngine:
     def from_file(cls, path: Path) -> PolicyEngine:
         return cls(load_policy(path))
 
-    def with_overlay(self, tenant: str, overlay: TenantOverlay) -> PolicyEngine:
+    def with_overlay(self, tenant: TenantName, overlay: TenantOverlay) -> PolicyEngine:
         """A new engine where `tenant` also carries `overlay` (which can only tighten)."""
         return PolicyEngine(self.policy, {**self._overlays, tenant: overlay})
 
     # -- lookups --------------------------------------------------------------------------
 
-    def tenant_rule(self, tenant: str) -> tuple[str, TenantRule] | None:
+    def tenant_rule(self, tenant: TenantName) -> tuple[str, TenantRule] | None:
         rule = self.policy.tenants.get(tenant)
         if rule is not None:
             return tenant, rule
         star = self.policy.tenants.get("*")
         return ("*", star) if star is not None else None
 
-    def default_profile(self, tenant: str) -> str | None:
+    def default_profile(self, tenant: TenantName) -> str | None:
         found = self.tenant_rule(tenant)
         if found is None:
             return None
@@ -128,7 +129,7 @@ class PolicyEngine:
         rule = self.policy.roles.get(role)
         return bool(rule is not None and getattr(rule, permission))
 
-    def quotas(self, tenant: str) -> Quotas:
+    def quotas(self, tenant: TenantName) -> Quotas:
         """Server `defaults.quotas`, replaced by the tenant's entry, lowered by any overlay."""
         if tenant == SERVER_TENANT:  # the server's own runs: `defaults.quotas`, a bucket apart
             return self._default_quotas

@@ -23,16 +23,16 @@ from runtime.store import SessionRecord
 from runtime.store.ids import new_session_id
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.sessions.deps import OpenDeps, SessionDeps
 
 MiB = 1024 * 1024
 
 
-async def open_session(services: Services, principal: Principal, *,
+async def open_session(services: OpenDeps, principal: Principal, *,
                        profile: str | None = None, title: str | None = None,
                        session_id: str | None = None) -> SessionRecord:
     """``session_id``: an id chosen (and audited) by the caller, e.g. a fork's."""
-    tenant_name = await services.tenant_name(principal.tenant_id)
+    tenant_name = await services.tenants.name(principal.tenant_id)
     policy = services.policy
     profile = profile or policy.default_profile(tenant_name) or "developer"
     if profile not in policy.policy.profiles:
@@ -43,7 +43,7 @@ async def open_session(services: Services, principal: Principal, *,
     if principal.role not in policy.policy.profiles[profile].roles:
         raise Forbidden(f"role {principal.role!r} may not use profile {profile!r}")
     quotas = policy.quotas(tenant_name)
-    uid = await services.sandbox_uid(principal.tenant_id)
+    uid = await services.tenants.sandbox_uid(principal.tenant_id)
     async with services.session_create_lock:  # the count and the disk admission hold
         if len(await services.store.list_sessions(principal.tenant_id)) >= \
                 quotas.sessions_per_tenant:
@@ -71,7 +71,7 @@ async def open_session(services: Services, principal: Principal, *,
     return record
 
 
-async def end_session(services: Services, record: SessionRecord) -> None:
+async def end_session(services: SessionDeps, record: SessionRecord) -> None:
     """Delete a session: deny its pending approvals, kill its runs, drop files and events."""
     services.approvals.cancel_session(record.id)
     if services.agent is not None:

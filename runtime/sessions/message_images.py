@@ -15,7 +15,7 @@ import binascii
 import secrets
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,7 +24,8 @@ from runtime.policy.decision import Subject
 from runtime.tools.builtin.image_view import MAX_IMAGE_BYTES, sniff_image
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.executor import Executor
+    from runtime.nodes import Nodes
     from runtime.store.models import SessionRecord
 
 MAX_IMAGES = 4
@@ -59,7 +60,15 @@ class TakenImage:
     data_b64: str
 
 
-async def take_images(services: Services, record: SessionRecord, subject: Subject,
+class ImageDeps(Protocol):
+    @property
+    def nodes(self) -> Nodes: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+
+async def take_images(services: ImageDeps, record: SessionRecord, subject: Subject,
                       items: list[ImageIn]) -> list[TakenImage]:
     """Read, check and (inline ones) store the images; 413 too big, 422 not an image."""
     if len(items) > MAX_IMAGES:

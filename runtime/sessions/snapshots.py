@@ -24,7 +24,7 @@ from runtime.store.ids import new_session_id
 from runtime.workspace.snapshots import Admit, Snapshot, Snapshots, new_snapshot_id, room_for
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.sessions.deps import SessionDeps
     from runtime.sessions.principal import Principal
 
 MiB = 1024 * 1024
@@ -39,7 +39,7 @@ def _local(node: str) -> None:
 class SessionSnapshots:
     """The snapshots of the sessions of ``services`` (one per app; cheap to make)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: SessionDeps) -> None:
         self.services = services
         self.snapshots = Snapshots(services.workspaces)
 

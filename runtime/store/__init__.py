@@ -30,6 +30,8 @@ simply not found. Ids: ``t_``/``s_``/``k_`` + 16 hex (``runtime.store.ids``).
 """
 
 from runtime.store.ids import (
+    TenantId,
+    TenantName,
     check_session_id,
     check_tenant_id,
     is_session_id,
@@ -40,6 +42,7 @@ from runtime.store.ids import (
 from runtime.store.migrations import MIGRATIONS, Migration
 from runtime.store.models import ROLES, Role, SessionRecord, Tenant, TokenRecord
 from runtime.store.store import ADMIN_TENANT, Store
+from runtime.store.tenants import Tenants
 from runtime.store.tokens import MAX_EXPIRES_IN_S, hash_token
 
 __all__ = [
@@ -52,6 +55,9 @@ __all__ = [
     "SessionRecord",
     "Store",
     "Tenant",
+    "TenantId",
+    "TenantName",
+    "Tenants",
     "TokenRecord",
     "check_session_id",
     "check_tenant_id",

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import NewType
 
 from runtime.errors import InvalidInput
+
+TenantId = NewType("TenantId", str)
+"""A tenant's id (``t_`` + 16 hex): storage, audit records, paths, labels."""
+TenantName = NewType("TenantName", str)
+"""A tenant's name (what the operator typed, e.g. ``acme``): what policy files match. Both
+are `str` at run time; mypy refuses one where the other is meant."""
 
 TENANT_PREFIX = "t_"
 SESSION_PREFIX = "s_"

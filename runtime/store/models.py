@@ -10,7 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.store.ids import SESSION_ID_PATTERN, TENANT_ID_PATTERN, TOKEN_ID_PATTERN
+from runtime.store.ids import (
+    SESSION_ID_PATTERN,
+    TENANT_ID_PATTERN,
+    TOKEN_ID_PATTERN,
+    TenantId,
+    TenantName,
+)
 
 # admin: the server operator (operator tenant only); tenant_admin: manages its own tenant.
 Role = Literal["admin", "tenant_admin", "user", "auditor"]
@@ -28,14 +34,14 @@ class _Record(BaseModel):
 
 
 class Tenant(_Record):
-    id: str = Field(pattern=TENANT_ID_PATTERN)
-    name: str = Field(pattern=NAME_PATTERN)
+    id: TenantId = Field(pattern=TENANT_ID_PATTERN)
+    name: TenantName = Field(pattern=NAME_PATTERN)
     created_at: float = Field(description="Unix time, seconds")
 
 
 class TokenRecord(_Record):
     id: str = Field(pattern=TOKEN_ID_PATTERN)
-    tenant_id: str = Field(pattern=TENANT_ID_PATTERN)
+    tenant_id: TenantId = Field(pattern=TENANT_ID_PATTERN)
     role: Role
     name: str | None = Field(None, max_length=LABEL_MAX)
     created_at: float = Field(description="Unix time, seconds")
@@ -45,7 +51,7 @@ class TokenRecord(_Record):
 
 class SessionRecord(_Record):
     id: str = Field(pattern=SESSION_ID_PATTERN)
-    tenant_id: str = Field(pattern=TENANT_ID_PATTERN)
+    tenant_id: TenantId = Field(pattern=TENANT_ID_PATTERN)
     profile: str = Field(pattern=NAME_PATTERN)
     created_at: float = Field(description="Unix time, seconds")
     title: str | None = Field(None, max_length=TITLE_MAX)

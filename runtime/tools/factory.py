@@ -12,6 +12,7 @@ from pathlib import Path
 
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.plan_mode import PlanModes
+from runtime.store.ids import TenantName
 from runtime.store.shares import ShareStore
 from runtime.tools.base import Tool
 from runtime.tools.builtin import (
@@ -120,7 +121,7 @@ def build_tools(
         approver=approver,
         manuals=ManualLibrary(manuals_dir),
     )
-    def share_quota(tenant: str) -> int:
+    def share_quota(tenant: TenantName) -> int:
         engine = policy if isinstance(policy, PolicyEngine) else None
         return engine.quotas(tenant).shares_per_tenant if engine else 100
 

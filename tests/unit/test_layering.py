@@ -93,3 +93,26 @@ def test_the_node_agent_does_not_import_the_cluster() -> None:
     beside it (`runtime.nodes.cluster_addresses`)."""
     agent = imports(ROOT / "runtime" / "nodes" / "agent.py")
     assert sorted(m for m in agent if m.startswith("runtime.cluster")) == []
+
+
+def test_sessions_do_not_import_the_api() -> None:
+    """Sessions stand below the API: they take narrow protocols (`runtime.sessions.deps`),
+    not the API's `Services`, and a tenant's name and uid come from `runtime.store.tenants`
+    (was the 5-file circle api/services -> sessions/snapshots -> sessions/lifecycle ->
+    api/services, with api/token_watch and sessions/principal)."""
+    up = {f"{module}: {m}" for module, found in graph("runtime").items()
+          if module.startswith("runtime.sessions") for m in found
+          if m.startswith("runtime.api")}
+    assert sorted(up) == []
+
+
+def test_the_store_has_no_import_circle() -> None:
+    """The tenant id/name types sit in `runtime.store.ids`, below the records and the store."""
+    assert circles(graph("runtime.store")) == []
+
+
+def test_no_circle_between_the_api_and_the_sessions() -> None:
+    edges = graph("runtime")
+    tied = [c for c in circles(edges)
+            if any(m.startswith("runtime.sessions") for m in c)]
+    assert tied == []

@@ -101,7 +101,7 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
             raise InvalidInput("bad Content-Length")
         expected = int(length_header)
     services = get_services(request)
-    quotas = services.policy.quotas(await services.tenant_name(principal.tenant_id))
+    quotas = services.policy.quotas(await services.tenants.name(principal.tenant_id))
     root, rel = split_root(path)
     ws = await _workspace(request, principal, session_id, root)
     try:

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import Field
 
 from runtime.errors import InvalidInput, NotFound, PayloadTooLarge, QuotaExceeded
+from runtime.store.ids import TenantName
 from runtime.store.shares import DEFAULT_EXPIRES_S, MAX_EXPIRES_S, ShareKind, ShareStore
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult, record_change
 from runtime.tools.builtin.image_view import sniff_image
@@ -57,7 +58,7 @@ class _LinkTool:
     """What both tools share: the store, the quota, the link made after its audit record."""
 
     def __init__(self, shares: ShareStore | None = None,
-                 quota: Callable[[str], int] | None = None) -> None:
+                 quota: Callable[[TenantName], int] | None = None) -> None:
         self.shares = shares
         self.quota = quota
 
