@@ -25,7 +25,7 @@ RUN python3 -m venv /opt/navi \
     && rm -rf /tmp/wheels
 
 # The runtime runs from its source tree (policies, manuals, tools and the sandbox image
-# definitions are found beside the package).
+# definitions are found beside the package; navi_client, its client and answer models, too).
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY policies ./policies
@@ -33,6 +33,7 @@ COPY manuals ./manuals
 COPY tools ./tools
 COPY sandbox_images ./sandbox_images
 COPY runtime ./runtime
+COPY clients/python/navi_client ./navi_client
 COPY bench ./bench
 
 ENV PATH=/opt/navi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -3,7 +3,8 @@
 #   1. Debian packages: docker.io, mmdebstrap (and python3-venv) when missing (apt, as root)
 #   2. the Docker engine: dockerd started detached when `docker info` fails; gVisor (Debian's
 #      runsc) registered with it as runtime `runsc` when this script manages the engine
-#   3. .venv with the project (`pip install -e '.[dev]'`, again only when pyproject.toml changed)
+#   3. .venv with the project and its client (`pip install -e ./clients/python -e '.[dev]'`,
+#      again only when either pyproject.toml changed)
 #   4. the sandbox images, built offline (`navi images build`, skips up-to-date images)
 # Every step checks first and does nothing when already done, so a second run takes seconds.
 #
@@ -176,10 +177,13 @@ install_venv() {
         "$PYTHON" -m venv "$VENV"
     fi
     local want
-    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    want=$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)
     if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ] || [ ! -x "$VENV/bin/navi" ]; then
-        say "installing the project into $VENV (pip install -e '.[dev]')"
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+        # the client (navi-client, clients/python/) first in the same pip run: the project
+        # depends on it, and pip takes it from here, never from an index
+        say "installing the project into $VENV (pip install -e ./clients/python -e '.[dev]')"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+            -e ./clients/python -e '.[dev]'
         echo "$want" >"$STAMP"
     fi
 }

@@ -22,11 +22,13 @@ case "$(uname -m)" in
     *) echo "supervisor_image: unsupported machine $(uname -m)" >&2; exit 1 ;;
 esac
 
-# The runtime's own dependencies, read from pyproject.toml (the image runs the source tree).
+# The runtime's own dependencies, read from pyproject.toml (the image runs the source tree;
+# navi-client is in it too, clients/python/navi_client, copied by the Dockerfile).
 mapfile -t deps < <("${PIP%/pip}/python" - <<'PY'
 import tomllib
 with open("pyproject.toml", "rb") as fh:
-    print("\n".join(tomllib.load(fh)["project"]["dependencies"]))
+    deps = tomllib.load(fh)["project"]["dependencies"]
+print("\n".join(d for d in deps if not d.startswith("navi-client")))
 PY
 )
 

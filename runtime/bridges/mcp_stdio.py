@@ -21,9 +21,9 @@ import httpx
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.stdio import stdio_server
 from mcp.shared._httpx_utils import create_mcp_http_client
+from navi_client.config import headers as client_headers
 
 from runtime.client import AsyncNaviClient, NaviClientError
-from runtime.client.config import headers as client_headers
 
 
 def _say(text: str) -> None:

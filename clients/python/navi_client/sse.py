@@ -8,8 +8,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from runtime.client.errors import NaviClientError, api_error
-from runtime.client.models import Event, ExecChunk, ExecOut
+from navi_client.errors import NaviClientError, api_error
+from navi_client.models import Event, ExecChunk
+from navi_client.wire import ExecOut
 
 _EXEC_FIELDS = ("ok", "exit_code", "stdout", "stderr", "timed_out", "oom_killed", "truncated",
                 "duration_ms", "audit_seq", "timeout_s", "runtime")

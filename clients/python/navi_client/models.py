@@ -1,5 +1,5 @@
-"""What the client answers with: the server's own answer models (`runtime.wire`) and the few
-the client reads more loosely than the server writes them.
+"""What the client reads more loosely than the server writes it (the rest of the answers are
+`navi_client.wire`'s, the server's own models).
 
 Audit records and events are read with `extra="allow"`: a newer server's added fields are
 kept (an audit record's hash covers them) instead of refused, and a record an older server
@@ -11,22 +11,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from runtime.wire import (
-    CancelOut,
-    ExecOut,
-    FileEntryOut,
-    HealthOut,
-    MessageOut,
-    SessionOut,
-    SnapshotOut,
-    TenantOut,
-    TokenInfo,
-    TokenOut,
-    ToolOut,
-    TurnOut,
-    VerifyOut,
-)
 
 TokenRole = Literal["admin", "tenant_admin", "user", "auditor"]
 
@@ -81,10 +65,3 @@ class ExecChunk(BaseModel):
     exec_id: str
     stream: Literal["stdout", "stderr"]
     data: str = Field(description="UTF-8 text as the program wrote it (invalid bytes replaced)")
-
-
-__all__ = [
-    "AuditRecord", "CancelOut", "Event", "ExecChunk", "ExecOut", "FileEntryOut", "HealthOut",
-    "MessageOut", "SessionOut", "SnapshotOut", "TenantOut", "TokenInfo", "TokenOut",
-    "TokenRole", "ToolOut", "TurnOut", "VerifyOut",
-]

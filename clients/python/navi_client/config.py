@@ -8,7 +8,7 @@ import os
 
 import httpx
 
-from runtime.client.errors import NaviClientError, ResponseTooLarge
+from navi_client.errors import NaviClientError, ResponseTooLarge
 
 TIMEOUT = httpx.Timeout(600.0, connect=30.0)  # an exec may run for minutes
 STREAM_TIMEOUT = httpx.Timeout(30.0, read=None)  # an event stream is quiet for as long as it is
@@ -41,3 +41,9 @@ def check_size(resp: httpx.Response, max_bytes: int | None) -> None:
 
 def last_event_headers(last_event_id: int | None) -> dict[str, str]:
     return {} if last_event_id is None else {"Last-Event-ID": str(last_event_id)}
+
+
+def http_options(url: str | None, token: str | None, extra: dict[str, str] | None,
+                 timeout: httpx.Timeout | float) -> dict[str, object]:
+    """`httpx.Client`'s and `httpx.AsyncClient`'s arguments, the same for both."""
+    return {"base_url": base_url(url), "headers": headers(token, extra), "timeout": timeout}
