@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import uvicorn
 from starlette.types import Receive, Scope, Send
@@ -21,7 +21,9 @@ from runtime.logging import get_logger
 from runtime.ports.proxy import NOSNIFF
 
 if TYPE_CHECKING:
-    from runtime.ports.service import PortsService
+    from runtime.ports.hub import PortsHub
+    from runtime.ports.previews import PreviewLink
+    from runtime.ports.proxy import PortProxy
 
 log = get_logger(__name__)
 
@@ -34,10 +36,23 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class PreviewSource(Protocol):
+    """What the preview origin needs of the ports service (`PortsService` is one): the
+    link a host name stands for, the relay to the session's ports, and the proxy."""
+
+    async def resolve_link(self, host: str, /) -> PreviewLink | None: ...
+
+    @property
+    def hub(self) -> PortsHub: ...
+
+    @property
+    def proxy(self) -> PortProxy: ...
+
+
 class PreviewApp:
     """The ASGI app of the preview origin."""
 
-    def __init__(self, ports: PortsService) -> None:
+    def __init__(self, ports: PreviewSource) -> None:
         self.ports = ports
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -116,3 +116,9 @@ def test_no_circle_between_the_api_and_the_sessions() -> None:
     tied = [c for c in circles(edges)
             if any(m.startswith("runtime.sessions") for m in c)]
     assert tied == []
+
+
+def test_the_ports_package_has_no_import_circle() -> None:
+    """The preview origin takes what it needs of the ports service as a protocol
+    (`PreviewSource`); the service builds the origin (was origin <-> service)."""
+    assert circles(graph("runtime.ports")) == []
