@@ -4,9 +4,8 @@ Every operation opens the session's workspace or /tmp through its node (`OpenFil
 relative, no links followed, acting as the sandbox uid) and every change is recorded before
 it is made (`file.write`, `file.delete`, `file.move`; a new directory is a `file.write` with
 detail `mkdir`), as the key that created or connected the sandbox, in the sandbox's session.
-Uploads stream to disk under the tenant's upload limit. The listing below the workspace layer
-knows regular files only, so a directory shows when it holds a file (an empty directory is
-found by `stat`/`exists`, not listed).
+Uploads stream to disk under the tenant's upload limit. A listing shows directories (empty
+ones too) and regular files; links and special files are not shown.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Literal
 
 from runtime.e2b.auth import SandboxCaller
 from runtime.e2b.paths import resolve, shown
-from runtime.errors import Conflict, InvalidInput, NotFound
+from runtime.errors import Conflict, InvalidInput, NaviError, NotFound
 from runtime.nodes import OpenFiles
 from runtime.nodes.base import ReadStream
 from runtime.workspace import disk_io
@@ -70,37 +69,36 @@ class SandboxFiles:
                      mtime=st.mtime)
 
     async def list_dir(self, path: str, depth: int) -> list[Entry]:
+        """Directories (empty ones too) and regular files below `path`, `depth` levels."""
         depth = min(max(depth, 1), MAX_DEPTH)
         root, rel = resolve(path)
         files = await self._open(root)
         try:
-            st = await asyncio.to_thread(files.stat, rel)
-            if st.kind != "dir":
-                raise InvalidInput(f"{path} is not a directory")
-            listed = await asyncio.to_thread(files.list, rel)
-            found: dict[str, Entry] = {}
-            base = st.path
-            for item in listed:
-                inner = item.path[len(base) + 1:] if base else item.path
-                parts = inner.split("/")
-                for n in range(1, min(depth, len(parts)) + 1):
-                    sub = "/".join(parts[:n])
-                    full_rel = f"{base}/{sub}" if base else sub
-                    if full_rel in found:
-                        continue
-                    if n == len(parts):
-                        found[full_rel] = Entry(name=parts[n - 1], kind="file",
-                                                path=shown(root, full_rel), size=item.size,
-                                                mtime=item.mtime)
-                    else:
-                        found[full_rel] = Entry(name=parts[n - 1], kind="dir",
-                                                path=shown(root, full_rel), size=0,
-                                                mtime=item.mtime)
-                if len(found) >= MAX_ENTRIES:
-                    break
+            return await asyncio.to_thread(self._listed, files, root, rel, path, depth)
         finally:
             files.close()
-        return sorted(found.values(), key=lambda e: e.path)
+
+    @staticmethod
+    def _listed(files: OpenFiles, root: Root, rel: str, path: str, depth: int) -> list[Entry]:
+        st = files.stat(rel)
+        if st.kind != "dir":
+            raise InvalidInput(f"{path} is not a directory")
+        tree = files.tree(rel, depth=depth, max_entries=MAX_ENTRIES)
+        sizes = {f.path: f for f in files.list(rel)} if any(
+            e.kind == "file" for e in tree.entries) else {}
+        found: list[Entry] = []
+        for item in tree.entries:
+            size, mtime = item.size, 0.0
+            if item.kind == "file" and item.path in sizes:
+                size, mtime = sizes[item.path].size, sizes[item.path].mtime
+            else:
+                with contextlib.suppress(NaviError):  # gone meanwhile: still shown
+                    found_st = files.stat(item.path)
+                    size, mtime = found_st.size, found_st.mtime
+            found.append(Entry(name=item.path.rsplit("/", 1)[-1], kind=item.kind,
+                               path=shown(root, item.path),
+                               size=size if item.kind == "file" else 0, mtime=mtime))
+        return sorted(found, key=lambda e: e.path)
 
     async def make_dir(self, path: str) -> tuple[bool, Entry]:
         """(created, the directory); an existing directory is (False, it)."""

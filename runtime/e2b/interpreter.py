@@ -5,8 +5,9 @@ kernel of that context (`ctx-<hex>`), both Navi kernels of the sandbox's session
 (`services.kernels`): a hardened container of their own, decided as `kernel_exec` and
 audited (code's SHA-256) like `/v1` kernels. Names persist between executes of one kernel.
 The answer streams E2B's JSON lines: `stdout`/`stderr` as they come, then each `result`
-(text, html, png, ...), an `error`, and `number_of_executions`. Contexts live in memory per
-sandbox; only Python is offered and a context's cwd is the workspace (`/home/user`).
+(text, html, png, ...), an `error`, and `number_of_executions`. Contexts are kept in the
+store (`e2b_contexts`: they outlive a server restart, as the kernels' saved names do); only
+Python is offered, and a context's cwd and HOME are the workspace (`/home/user`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.e2b.auth import SandboxCaller, sandbox_caller
 from runtime.e2b.paths import HOME
+from runtime.e2b.store import SandboxStore
 from runtime.errors import InvalidInput, NaviError, NotFound
 
 router = APIRouter()
@@ -35,8 +37,7 @@ MIME_KEYS = {"text/plain": "text", "text/html": "html", "text/markdown": "markdo
              "application/pdf": "pdf", "text/latex": "latex",
              "application/javascript": "javascript"}
 KINDS = ("python", "python3")
-
-Contexts = dict[str, dict[str, dict[str, str]]]  # sandbox -> context id -> its JSON
+MAX_CONTEXTS = 64
 
 
 class ExecuteBody(BaseModel):
@@ -72,17 +73,18 @@ def _check_language(language: str | None) -> None:
                            "runs Python only")
 
 
-def _contexts(request: Request) -> Contexts:
-    return request.app.state.contexts  # type: ignore[no-any-return]
+def _contexts(caller: SandboxCaller) -> SandboxStore:
+    return SandboxStore(caller.services.store)
 
 
-def _context(request: Request, caller: SandboxCaller, context_id: str | None) -> str:
+async def _context(caller: SandboxCaller, context_id: str | None) -> str:
+    """The kernel of a context (the sandbox's `default` kernel without one)."""
     if not context_id or context_id == DEFAULT:
         return DEFAULT
-    found = _contexts(request).get(caller.session.id, {}).get(context_id)
+    found = await _contexts(caller).context_kernel(caller.session.id, context_id)
     if found is None:
         raise NotFound(f"context {context_id} not found")
-    return found["kernel"]
+    return found
 
 
 def _now() -> str:
@@ -117,7 +119,7 @@ async def execute(request: Request, body: ExecuteBody) -> StreamingResponse:
     if body.env_vars:
         raise InvalidInput("env_vars per execution are not offered: set them in the code "
                            "(os.environ) or as the sandbox's envs for commands")
-    kernel = _context(request, caller, body.context_id)
+    kernel = await _context(caller, body.context_id)
     subject = await caller.subject()
     await caller.services.executor.meter_change(subject, "e2b.execute")
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -129,7 +131,8 @@ async def execute(request: Request, body: ExecuteBody) -> StreamingResponse:
 
     async def run() -> None:
         try:
-            result = await kernels.execute(subject, kernel, body.code, on_output=on_output)
+            result = await kernels.execute(subject, kernel, body.code, on_output=on_output,
+                                           workdir=HOME)
             last = len(result.results) - 1
             main = getattr(result, "main_result", None)  # the kernel's own word, when given
             for n, bundle in enumerate(result.results):
@@ -179,30 +182,33 @@ async def create_context(request: Request, body: ContextBody) -> dict[str, str]:
     if body.cwd and body.cwd.rstrip("/") != HOME:
         raise InvalidInput(f"a context's cwd is {HOME} (the session's workspace) in Navi")
     await caller.services.executor.meter_change(await caller.subject(), "e2b.context")
+    contexts = _contexts(caller)
+    if await contexts.count_contexts(caller.session.id) >= MAX_CONTEXTS:
+        raise InvalidInput(f"a sandbox has at most {MAX_CONTEXTS} code contexts: remove one "
+                           "first")
     context_id = secrets.token_hex(8)
-    entry = {**_shown(context_id), "kernel": f"ctx-{context_id}"}
-    _contexts(request).setdefault(caller.session.id, {})[context_id] = entry
+    await contexts.add_context(caller.session.id, context_id, f"ctx-{context_id}")
     return _shown(context_id)
 
 
 @router.get("/contexts")
 async def list_contexts(request: Request) -> list[dict[str, str]]:
     caller, _ = await _caller(request)
-    made = _contexts(request).get(caller.session.id, {})
+    made = await _contexts(caller).contexts(caller.session.id)
     return [_shown(DEFAULT)] + [_shown(c) for c in made]
 
 
 @router.post("/contexts/{context_id}/restart")
 async def restart_context(request: Request, context_id: str) -> Response:
     caller, kernels = await _caller(request)
-    await kernels.reset(await caller.subject(), _context(request, caller, context_id))
+    await kernels.reset(await caller.subject(), await _context(caller, context_id))
     return Response(status_code=204)
 
 
 @router.delete("/contexts/{context_id}")
 async def remove_context(request: Request, context_id: str) -> Response:
     caller, kernels = await _caller(request)
-    kernel = _context(request, caller, context_id)
+    kernel = await _context(caller, context_id)
     await kernels.reset(await caller.subject(), kernel)
-    _contexts(request).get(caller.session.id, {}).pop(context_id, None)
+    await _contexts(caller).remove_context(caller.session.id, context_id)
     return Response(status_code=204)

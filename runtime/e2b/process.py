@@ -5,9 +5,11 @@ the same `Start` stream, so every command is a Navi process (`services.processes
 hardened container of its own, decided as `process_start` and audited `process.start` with
 the command's SHA-256; the command reaches the container by stdin, never on a command line).
 Closing the stream never stops it; it ends when it exits, is killed, or reaches the policy's
-`max_lifetime_s`. E2B's integer pids map to Navi's `p_...` ids per sandbox (`PidTable`, in
-memory: after a server restart earlier pids are unknown). PTYs, resizing and client-streamed
-input are not offered (UNIMPLEMENTED with a message).
+`max_lifetime_s`. E2B's integer pids map to Navi's `p_...` ids per sandbox
+(`runtime.e2b.pids`, in the store: a restarted server still knows them). Its cwd, HOME and
+workspace are `/home/user` (`runtime.e2b.home`). Output replayed from the log keeps its
+stream (stderr stays stderr). PTYs, resizing and client-streamed input are not offered
+(UNIMPLEMENTED with a message).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import asyncio
 import contextlib
 import shlex
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from connectrpc.code import Code
@@ -25,59 +26,20 @@ from connectrpc.request import RequestContext
 from protobuf import Oneof
 
 from runtime.e2b.auth import SandboxCaller, sandbox_caller
+from runtime.e2b.bounds import MAX_ENVS, check_map
 from runtime.e2b.envd import process_pb as pb
 from runtime.e2b.envd.process_connect import ProcessASGIApplication
 from runtime.e2b.errors import connect_error
-from runtime.e2b.paths import HOME
-from runtime.e2b.sandboxes import MAX_ENVS, check_map
-from runtime.e2b.store import SandboxStore
+from runtime.e2b.home import navi_cwd
+from runtime.e2b.pids import PidTable, Started
 from runtime.errors import NaviError
-from runtime.policy.decision import Subject
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
 
 KEEPALIVE_S = 20.0
-WORKDIR = "/workspace"  # where Navi's process containers mount the session's workspace
 SIGNALS = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
 NO_PTY = "PTY sessions are not offered by Navi's E2B API: use commands.run() instead"
-
-
-@dataclass
-class Started:
-    process_id: str
-    config: pb.ProcessConfig
-    tag: str | None
-
-
-@dataclass
-class PidTable:
-    """E2B pid <-> Navi process id, per sandbox."""
-
-    next_pid: dict[str, int] = field(default_factory=dict)
-    by_pid: dict[str, dict[int, Started]] = field(default_factory=dict)
-
-    def add(self, session: str, started: Started) -> int:
-        pid = self.next_pid.get(session, 1000) + 1
-        self.next_pid[session] = pid
-        self.by_pid.setdefault(session, {})[pid] = started
-        return pid
-
-    def find(self, session: str, selector: pb.ProcessSelector | None) -> tuple[int, Started]:
-        table = self.by_pid.get(session, {})
-        match selector.selector if selector is not None else None:
-            case Oneof(field="pid", value=value):
-                pid = int(value)
-                found = table.get(pid)
-                if found is not None:
-                    return pid, found
-                raise ConnectError(Code.NOT_FOUND, f"process with pid {pid} not found")
-            case Oneof(field="tag", value=tag):
-                for pid, started in table.items():  # noqa: B007
-                    if started.tag == tag:
-                        return pid, started
-                raise ConnectError(Code.NOT_FOUND, f"process with tag {tag!r} not found")
-        raise ConnectError(Code.INVALID_ARGUMENT, "a process pid or tag is required")
 
 
 def command_of(config: pb.ProcessConfig) -> str:
@@ -92,16 +54,6 @@ def command_of(config: pb.ProcessConfig) -> str:
     return shlex.join([config.cmd, *args])
 
 
-def navi_cwd(cwd: str | None) -> str:
-    """E2B's cwd (`/home/user` by default) in Navi's terms (the same directory, named
-    under /workspace: the process service takes cwds there or under /tmp)."""
-    if not cwd or cwd == "~":
-        cwd = HOME
-    if cwd == HOME or cwd.startswith(HOME + "/"):
-        return WORKDIR + cwd[len(HOME):]
-    return cwd
-
-
 def _event(kind: str, value: Any) -> pb.ProcessEvent:
     return pb.ProcessEvent(event=cast(Any, Oneof(kind, value)))
 
@@ -111,9 +63,12 @@ def _start_event(pid: int) -> pb.ProcessEvent:
 
 
 class ProcessService:
-    def __init__(self, services: Callable[[], Services], pids: PidTable) -> None:
+    def __init__(self, services: Callable[[], Services]) -> None:
         self._services = services
-        self.pids = pids
+
+    @property
+    def pids(self) -> PidTable:
+        return PidTable(self._services().store)
 
     async def _caller(self, ctx: RequestContext[Any, Any]) -> tuple[SandboxCaller, Any]:
         try:
@@ -154,7 +109,7 @@ class ProcessService:
         if not request.stdin and close is not None:  # E2B's stdin=False: EOF at once
             with contextlib.suppress(NaviError):
                 await close(subject, info.id)
-        pid = self.pids.add(caller.session.id, Started(info.id, config, request.tag or None))
+        pid = await self.pids.add(caller.session.id, Started(info.id, config, request.tag or None))
         yield pb.StartResponse(event=_start_event(pid))
         async for event in self._follow(processes, subject, info.id, 0):
             yield pb.StartResponse(event=event)
@@ -166,7 +121,7 @@ class ProcessService:
     async def _connect(self, request: pb.ConnectRequest, ctx: RequestContext[Any, Any]
                        ) -> AsyncIterator[pb.ConnectResponse]:
         caller, processes = await self._caller(ctx)
-        pid, started = self.pids.find(caller.session.id, request.process)
+        pid, started = await self.pids.find(caller.session.id, request.process)
         subject = await caller.subject()
         try:
             since = (await processes.output(subject, started.process_id)).next
@@ -216,15 +171,17 @@ class ProcessService:
         caller, processes = await self._caller(ctx)
         subject = await caller.subject()
         running = {p.id for p in await processes.list(subject) if p.state == "running"}
+        known = await self.pids.of_sandbox(caller.session.id)
         found = [pb.ProcessInfo(config=s.config, pid=pid, tag=s.tag)
-                 for pid, s in self.pids.by_pid.get(caller.session.id, {}).items()
-                 if s.process_id in running]
+                 for pid, s in known.items() if s.process_id in running]
+        await self.pids.forget(caller.session.id,
+                               [pid for pid, s in known.items() if s.process_id not in running])
         return pb.ListResponse(processes=found)
 
     async def send_input(self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
                          ) -> pb.SendInputResponse:
         caller, processes = await self._caller(ctx)
-        _, started = self.pids.find(caller.session.id, request.process)
+        _, started = await self.pids.find(caller.session.id, request.process)
         match request.input.input if request.input is not None else None:
             case Oneof(field="stdin", value=data):
                 pass
@@ -239,7 +196,7 @@ class ProcessService:
     async def send_signal(self, request: pb.SendSignalRequest, ctx: RequestContext[Any, Any]
                           ) -> pb.SendSignalResponse:
         caller, processes = await self._caller(ctx)
-        _, started = self.pids.find(caller.session.id, request.process)
+        _, started = await self.pids.find(caller.session.id, request.process)
         name = SIGNALS.get(request.signal)
         if name is None:
             raise ConnectError(Code.INVALID_ARGUMENT, "only SIGTERM and SIGKILL can be sent")
@@ -252,7 +209,7 @@ class ProcessService:
     async def close_stdin(self, request: pb.CloseStdinRequest, ctx: RequestContext[Any, Any]
                           ) -> pb.CloseStdinResponse:
         caller, processes = await self._caller(ctx)
-        _, started = self.pids.find(caller.session.id, request.process)
+        _, started = await self.pids.find(caller.session.id, request.process)
         close = getattr(processes, "close_stdin", None)
         if close is None:
             raise ConnectError(Code.UNIMPLEMENTED, "closing a command's stdin is not offered")
@@ -272,27 +229,5 @@ class ProcessService:
                            "API: use commands.send_stdin()")
 
 
-def add_home_mount(services: Services) -> None:
-    """Processes of an E2B sandbox see its workspace at /home/user too (where E2B code
-    expects its files), beside /workspace; a launch hook of Navi's process service."""
-    from runtime.processes.launch import LaunchExtras
-    from runtime.sandbox.docker.spec import BindMount
-
-    processes = getattr(services, "processes", None)
-    if processes is None:  # a server without background processes
-        return
-    store = SandboxStore(services.store)
-
-    async def hook(_info: Any, subject: Subject) -> LaunchExtras | None:
-        if await store.get(subject.tenant, subject.session) is None:
-            return None
-        node = services.nodes.get(subject.node)
-        workspace = await asyncio.to_thread(node.verify, subject.tenant, subject.session)
-        return LaunchExtras(mounts=(BindMount(source=str(workspace), target=HOME,
-                                              read_only=False),))
-
-    processes.launch_hooks.append(hook)
-
-
 def process_app(services: Callable[[], Services]) -> ProcessASGIApplication:
-    return ProcessASGIApplication(ProcessService(services, PidTable()))  # type: ignore[arg-type]
+    return ProcessASGIApplication(ProcessService(services))  # type: ignore[arg-type]

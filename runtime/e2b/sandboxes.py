@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.e2b.bounds import MAX_ENVS, MAX_METADATA, check_map
+from runtime.e2b.home import add_home_hook
 from runtime.e2b.store import SandboxRecord, SandboxStore
-from runtime.errors import InvalidInput, NotFound
+from runtime.errors import NotFound
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.sessions.lifecycle import end_session, open_session
@@ -35,9 +37,6 @@ ENVD_VERSION = "0.5.7"  # the envd features Navi implements (see docs/e2b.md)
 TEMPLATES = ("base", "code-interpreter-v1")
 DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 24 * 3600
-MAX_METADATA = 64
-MAX_ENVS = 128
-MAX_KV_LEN = 4096
 REAP_EVERY_S = 1.0
 
 
@@ -56,16 +55,6 @@ class NewSandbox(BaseModel):
 class TimeoutBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
     timeout: int = Field(DEFAULT_TIMEOUT_S, ge=0, le=MAX_TIMEOUT_S)
-
-
-def check_map(name: str, values: dict[str, str] | None, limit: int) -> dict[str, str]:
-    values = values or {}
-    if len(values) > limit:
-        raise InvalidInput(f"{name}: at most {limit} entries")
-    for key, value in values.items():
-        if not key or len(key) > 256 or len(value) > MAX_KV_LEN or "\x00" in key + value:
-            raise InvalidInput(f"{name}: keys 1-256 characters, values at most {MAX_KV_LEN}")
-    return values
 
 
 def iso(ts: float) -> str:
@@ -195,9 +184,7 @@ class Sandboxes:
     async def reap_forever(self, every_s: float = REAP_EVERY_S) -> None:
         """The timeout reaper (a background task of the app); it also hooks the process
         service once, so sandboxes' commands see /home/user."""
-        from runtime.e2b.process import add_home_mount
-
-        add_home_mount(self.services)
+        add_home_hook(self.services)
         while True:
             try:
                 await self.reap_once()

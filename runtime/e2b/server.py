@@ -35,7 +35,6 @@ PREFIX = "/e2b"
 def _json_app(get_services: Callable[[], Services], *routers: Any) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     app.state.get_services = get_services
-    app.state.contexts = {}  # the code interpreter's contexts (runtime.e2b.interpreter)
     for router in routers:
         app.include_router(router)
 

@@ -1,5 +1,6 @@
 """What Navi keeps about E2B sandboxes: which sessions were made through `/e2b`, their
-template, metadata, env vars and deadline, and the per-sandbox access tokens.
+template, metadata, env vars and deadline, the per-sandbox access tokens, and the code
+interpreter's contexts (each a kernel of the session; `runtime.e2b.pids` keeps the pids).
 
 A sandbox is a Navi session; its row goes with the session (`ON DELETE CASCADE`), so a
 session deleted through `/v1` stops being a sandbox too. Access tokens (the SDK's
@@ -119,3 +120,36 @@ class SandboxStore:
         await self._db.execute(
             "DELETE FROM e2b_tokens WHERE created_at < ? AND session_id NOT IN "
             "(SELECT session_id FROM e2b_sandboxes)", (now - ORPHAN_KEEP_S,))
+
+    # -- the code interpreter's contexts (`e2b_contexts`, migration 10) -------------------
+
+    async def add_context(self, session_id: str, context_id: str, kernel: str) -> None:
+        await self._db.execute(
+            "INSERT INTO e2b_contexts (session_id, context_id, kernel, created_at) "
+            "VALUES (?, ?, ?, ?)", (session_id, context_id, kernel, time.time()))
+
+    async def context_kernel(self, session_id: str, context_id: str) -> str | None:
+        async with self._db.execute(
+                "SELECT kernel FROM e2b_contexts WHERE session_id = ? AND context_id = ?",
+                (session_id, context_id)) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else None
+
+    async def contexts(self, session_id: str) -> list[str]:
+        """The sandbox's context ids, oldest first."""
+        async with self._db.execute(
+                "SELECT context_id FROM e2b_contexts WHERE session_id = ? "
+                "ORDER BY created_at, context_id", (session_id,)) as cur:
+            rows = await cur.fetchall()
+        return [str(r[0]) for r in rows]
+
+    async def count_contexts(self, session_id: str) -> int:
+        async with self._db.execute(
+                "SELECT COUNT(*) FROM e2b_contexts WHERE session_id = ?", (session_id,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def remove_context(self, session_id: str, context_id: str) -> None:
+        await self._db.execute(
+            "DELETE FROM e2b_contexts WHERE session_id = ? AND context_id = ?",
+            (session_id, context_id))

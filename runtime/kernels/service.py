@@ -88,18 +88,21 @@ class KernelService:
     async def execute(self, subject: Subject, name: str, code: str, *,
                       timeout_s: float | None = None, on_output: OutputCallback | None = None,
                       exec_id: str | None = None, approver: Approver | None = None,
-                      workspace: Path | None = None, tmp: Path | None = None) -> KernelResult:
+                      workspace: Path | None = None, tmp: Path | None = None,
+                      workdir: str = "/workspace") -> KernelResult:
         result, _ = await self.run(subject, name, code, timeout_s=timeout_s,
                                    on_output=on_output, exec_id=exec_id, approver=approver,
-                                   workspace=workspace, tmp=tmp)
+                                   workspace=workspace, tmp=tmp, workdir=workdir)
         return result
 
     async def run(self, subject: Subject, name: str, code: str, *,
                   timeout_s: float | None = None, on_output: OutputCallback | None = None,
                   exec_id: str | None = None, approver: Approver | None = None,
-                  workspace: Path | None = None, tmp: Path | None = None
-                  ) -> tuple[KernelResult, ExecOutcome]:
-        """`execute`, with the execution behind it (its typed fields and deciding rule)."""
+                  workspace: Path | None = None, tmp: Path | None = None,
+                  workdir: str = "/workspace") -> tuple[KernelResult, ExecOutcome]:
+        """`execute`, with the execution behind it (its typed fields and deciding rule).
+        ``workdir``: where a kernel it starts sees the workspace (its cwd; HOME when it is
+        not /workspace: E2B's /home/user)."""
         check_kernel_name(name)
         if subject.node != "local":
             raise Conflict("kernels do not run on cluster nodes yet")
@@ -112,7 +115,7 @@ class KernelService:
         action = Action(tool=TOOL, args={"code": code, "kernel": name}, group=GROUP,
                         timeout_s=timeout_s)
         invocation = Invocation(argv=["navi-kernel", name], stdin=code.encode("utf-8"),
-                                workspace=workspace, tmp=tmp)
+                                workspace=workspace, tmp=tmp, workdir=workdir)
         exec_id = exec_id or new_exec_id()
         try:
             outcome = await self.executor.execute(subject, action, invocation,

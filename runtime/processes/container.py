@@ -61,8 +61,9 @@ class ProcessContainers:
     async def spec(self, request: ExecRequest, *, record_id: str, lifetime_s: float,
                    egress: Path | None = None, mounts: tuple[BindMount, ...] = (),
                    argv_prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                   ) -> ContainerSpec:
-        """The call's hardened spec for ``request``, leased for ``lifetime_s``."""
+                   home: str | None = None) -> ContainerSpec:
+        """The call's hardened spec for ``request``, leased for ``lifetime_s`` (``home``:
+        its HOME instead of /tmp, e.g. where ``request.workdir`` mounts the workspace)."""
         await self.backend.start()
         image_id = await self.engine.image_id_of(request.image)
         spec = self.backend._spec(request, image_id, egress)
@@ -78,6 +79,8 @@ class ProcessContainers:
             update["argv"] = argv_prefix + spec.argv
         if env:
             update["env"] = {**env, **spec.env}  # never over PATH/HOME/LANG/proxy variables
+        if home:
+            update["env"] = {**update.get("env", spec.env), "HOME": home}
         return spec.model_copy(update=update)
 
     def _create(self, spec: ContainerSpec) -> str:

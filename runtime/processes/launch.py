@@ -25,16 +25,27 @@ if TYPE_CHECKING:
     from runtime.processes.service import ProcessService
 
 SHELL = ("bash", "--noprofile", "--norc", "-c")
+WORKDIR = "/workspace"
 CD_THEN_RUN = 'cd -- "$0" || exit 125; exec bash --noprofile --norc -c "$1"'
 
 
 @dataclass(frozen=True)
 class LaunchExtras:
-    """What a launch hook adds to a process's container (e.g. the ports relay)."""
+    """What a launch hook adds to a process's container (e.g. the ports relay). ``workdir``:
+    the workspace is mounted there instead of /workspace, and it is the container's HOME; a
+    cwd under /workspace is taken to the same place under it (E2B's /home/user)."""
 
     mounts: tuple[BindMount, ...] = ()
     argv_prefix: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+
+def moved_cwd(cwd: str, workdir: str) -> str:
+    """``cwd`` (under /workspace or /tmp) where the workspace is mounted at ``workdir``."""
+    if cwd == WORKDIR or cwd.startswith(WORKDIR + "/"):
+        return workdir + cwd[len(WORKDIR):]
+    return cwd
 
 
 def docker_backend(service: ProcessService) -> DockerBackend:
@@ -71,10 +82,13 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
             if more is not None:
                 extras = LaunchExtras(mounts=extras.mounts + more.mounts,
                                       argv_prefix=more.argv_prefix + extras.argv_prefix,
-                                      env={**extras.env, **more.env})
+                                      env={**extras.env, **more.env},
+                                      workdir=more.workdir or extras.workdir)
+        workdir = extras.workdir or WORKDIR
         request = ExecRequest(
-            argv=[*SHELL, CD_THEN_RUN, record.cwd, spec.command], env=dict(spec.env),
-            workspace=workspace, tmp=tmp, image=services.executor.resolve_image(
+            argv=[*SHELL, CD_THEN_RUN, moved_cwd(record.cwd, workdir), spec.command],
+            env=dict(spec.env), workspace=workspace, workdir=workdir, tmp=tmp,
+            image=services.executor.resolve_image(
                 decision.image or ""),
             limits=decision.limits,
             network="egress" if decision.egress_allowlist else "none",
@@ -84,7 +98,8 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
         containers = service.ends.containers_for(backend)
         container_spec = await containers.spec(
             request, record_id=record.id, lifetime_s=lifetime_s, egress=egress_socket,
-            mounts=extras.mounts, argv_prefix=extras.argv_prefix, env=extras.env)
+            mounts=extras.mounts, argv_prefix=extras.argv_prefix, env=extras.env,
+            home=extras.workdir)
         container = await containers.create(container_spec)
         undo.append(lambda: containers.remove(container))
         await service.records.set_container(record.id, container)

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from runtime.events import ProcessOutputEvent, SessionEventBus
 from runtime.logging import get_logger
@@ -48,7 +48,7 @@ def _pump(sock: socket.socket, outlog: OutputLog,
                     if not piece:
                         return
                     size -= len(piece)
-                    arrived(outlog.append(piece), piece, stream)
+                    arrived(outlog.append(piece, stream), piece, stream)
     except (OSError, ValueError) as exc:  # we shut the socket down (detach, close)
         log.debug("process_stream_closed", error=str(exc))
 
@@ -147,13 +147,14 @@ class LiveProcess:
         self._followers.add(queue)
         try:
             reached = since
-            while True:  # what the log holds already
-                data, after, _ = await asyncio.to_thread(self.outlog.read, reached,
-                                                         MAX_ANSWER, complete=True)
-                if not data:
+            while True:  # what the log holds already, each part with its stream
+                parts = await asyncio.to_thread(self.outlog.pieces, reached, MAX_ANSWER,
+                                                complete=True)
+                if not parts:
                     break
-                yield OutputPiece(offset=after - len(data), data=data)
-                reached = after
+                for offset, data, stream in parts:
+                    yield OutputPiece(offset=offset, data=data, stream=cast(Stream, stream))
+                    reached = offset + len(data)
             while not (self.done.done() and queue.empty()):
                 getter = asyncio.ensure_future(queue.get())
                 await asyncio.wait({getter, self.done}, return_when=asyncio.FIRST_COMPLETED)

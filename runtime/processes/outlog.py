@@ -7,18 +7,26 @@ first byte (``first``) moves up. So at least the last ``keep`` bytes (1 MiB) are
 there and a log never takes more than ``2 * keep`` on disk. ``first`` lives in a small side
 file beside the log, so a restarted supervisor reopens a log where it was.
 
+Which stream wrote which bytes is kept too: a second side file (``.streams``) has a line
+``offset stream`` wherever the stream changes (at most ``MAX_SWITCHES``, the oldest go
+first; pruned with the rotation), so what is replayed from the log (``pieces``) keeps
+stderr apart from stdout.
+
 Written by one thread (the process's reader), read by any: a lock covers the rotation.
 Blocking file I/O: call it off the event loop.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import threading
 from pathlib import Path
 
 KEEP = 1024 * 1024
+MAX_SWITCHES = 16 * 1024
+STREAM_NAMES = ("stdout", "stderr")
 
 
 def tenant_log_bytes(root: Path, tenant_id: str) -> int:
@@ -55,16 +63,20 @@ class OutputLog:
         self.keep = keep
         self._lock = threading.Lock()
         self._meta = path.with_suffix(".first")
+        self._streams_path = path.with_suffix(".streams")
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.first = int(self._meta.read_text()) if self._meta.exists() else 0
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         self._fd = fd
         self.end = self.first + os.fstat(fd).st_size
+        self.switches = _read_switches(self._streams_path)  # (offset, stream) from there on
 
-    def append(self, data: bytes) -> int:
-        """Write ``data``; returns the offset of its first byte."""
+    def append(self, data: bytes, stream: str = "stdout") -> int:
+        """Write ``data`` (from ``stream``); returns the offset of its first byte."""
         with self._lock:
             offset = self.end
+            if data and stream != (self.switches[-1][1] if self.switches else "stdout"):
+                self._switch(offset, stream)
             if self._fd >= 0:
                 os.write(self._fd, data)
             self.end += len(data)
@@ -87,6 +99,25 @@ class OutputLog:
         meta = self._meta.with_suffix(".first.new")
         meta.write_text(str(start))
         os.replace(meta, self._meta)
+        before = [s for s in self.switches if s[0] <= start]
+        self.switches = ([(start, before[-1][1])] if before else []) + \
+            [s for s in self.switches if s[0] > start]
+        self._write_switches()
+
+    def _switch(self, offset: int, stream: str) -> None:
+        self.switches.append((offset, stream))
+        if len(self.switches) > MAX_SWITCHES:  # the oldest go (replayed as stdout)
+            del self.switches[:MAX_SWITCHES // 2]
+            self._write_switches()
+            return
+        with contextlib.suppress(OSError), open(self._streams_path, "a") as side:
+            side.write(f"{offset} {stream}\n")
+
+    def _write_switches(self) -> None:
+        fresh = self._streams_path.with_suffix(".streams.new")
+        with contextlib.suppress(OSError):
+            fresh.write_text("".join(f"{at} {s}\n" for at, s in self.switches))
+            os.replace(fresh, self._streams_path)
 
     def read(self, since: int, max_bytes: int, *, complete: bool) -> tuple[bytes, int, int]:
         """(bytes from ``since``, the offset after them, ``first``). ``since`` before
@@ -105,6 +136,27 @@ class OutputLog:
             data = data[:utf8_cut(data)]
         return data, start + len(data), first
 
+    def pieces(self, since: int, max_bytes: int, *, complete: bool
+               ) -> list[tuple[int, bytes, str]]:
+        """``read``, cut where the stream changes: (offset, bytes, stream) in order."""
+        data, after, _ = self.read(since, max_bytes, complete=complete)
+        start = after - len(data)
+        with self._lock:
+            switches = list(self.switches)
+        at = bisect.bisect_right(switches, start, key=lambda s: s[0])
+        stream = switches[at - 1][1] if at else "stdout"
+        found: list[tuple[int, bytes, str]] = []
+        lo = start
+        for cut, next_stream in switches[at:]:
+            if cut >= after:
+                break
+            if cut > lo:
+                found.append((lo, data[lo - start:cut - start], stream))
+            lo, stream = cut, next_stream
+        if after > lo:
+            found.append((lo, data[lo - start:], stream))
+        return found
+
     def size_on_disk(self) -> int:
         return self.end - self.first
 
@@ -116,6 +168,17 @@ class OutputLog:
 
     def remove(self) -> None:
         self.close()
-        for path in (self.path, self._meta):
+        for path in (self.path, self._meta, self._streams_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _read_switches(path: Path) -> list[tuple[int, str]]:
+    """The stream switches a side file holds (malformed lines are skipped)."""
+    found: list[tuple[int, str]] = []
+    with contextlib.suppress(OSError), open(path) as side:
+        for line in side:
+            at, _, stream = line.strip().partition(" ")
+            if at.isdigit() and stream in STREAM_NAMES:
+                found.append((int(at), stream))
+    return found[-MAX_SWITCHES:]

@@ -20,7 +20,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from runtime.audit.records import AuditEntry, sha256_hex
 from runtime.errors import Conflict, InvalidInput, NotFound
@@ -41,6 +41,7 @@ from runtime.processes.models import (
     ProcessRecord,
     SignalName,
     StartSpec,
+    Stream,
     WaitResult,
 )
 from runtime.processes.monitor import wait_for
@@ -200,14 +201,17 @@ class ProcessService:
             async for piece in live.follow(since):
                 yield piece
             return
-        reached = since
-        while True:
-            answer = await self.output(subject, process_id, reached)
-            if answer.next == reached or not answer.output:
-                return
-            data = answer.output.encode("utf-8")  # an ended process: its log as it is
-            yield OutputPiece(offset=reached, data=data)
-            reached = answer.next
+        outlog = self.ends.log_of(record)  # an ended process: its log as it is
+        try:
+            reached = max(0, since)
+            while parts := await asyncio.to_thread(outlog.pieces, reached, MAX_ANSWER,
+                                                   complete=True):
+                for offset, data, stream in parts:
+                    yield OutputPiece(offset=offset, data=data, stream=cast(Stream, stream))
+                    reached = offset + len(data)
+        finally:
+            if record.id not in self.live:
+                outlog.close()
 
     async def wait(self, subject: Subject, process_id: str, pattern: str | None = None,
                    timeout_s: float | None = None, since: int = 0) -> WaitResult:

@@ -9,7 +9,6 @@ execute is in the audit with the sandbox's id as its session."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,19 +17,15 @@ import pytest
 from e2b import CommandExitException, Sandbox, SandboxException
 from e2b_code_interpreter import Sandbox as CodeSandbox
 
-from tests.e2e.conftest import Server, start_server, stop_server
+from tests.e2e.conftest import Server, stop_server
+from tests.e2e.e2b_server import audit, e2b_vars, start_e2b_server
 
 pytestmark = pytest.mark.docker
-
-POLICY = Path(__file__).parent / "policies" / "e2b.yaml"
-E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
 
 @pytest.fixture(scope="module")
 def navi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("e2b_cmd"), policy=POLICY,
-                       extra_env={"NAVI_EMBEDDED_MODEL": "off", "NAVI_WARM_POOL_SIZE": "0"},
-                       ready_s=120)
+    srv = start_e2b_server(tmp_path_factory.mktemp("e2b_cmd"), NAVI_WARM_POOL_SIZE="0")
     yield srv
     stop_server(srv)
 
@@ -42,18 +37,8 @@ def tenant(navi: Server) -> tuple[str, str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def e2b_env(navi: Server, tenant: tuple[str, str]) -> Iterator[str]:
-    saved = {k: os.environ.get(k) for k in E2B_VARS}
-    os.environ["E2B_API_URL"] = f"{navi.url}/e2b"
-    os.environ["E2B_SANDBOX_URL"] = f"{navi.url}/e2b"
-    os.environ["E2B_API_KEY"] = tenant[1]
-    try:
-        yield tenant[1]
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with e2b_vars(navi, tenant[1]) as key:
+        yield key
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +48,8 @@ def sbx() -> Iterator[Sandbox]:
     sandbox.kill()
 
 
-def _audit(navi: Server, tenant_id: str) -> list[dict[str, object]]:
-    with navi.client(navi.admin_token) as admin:
-        resp = admin.get("/v1/audit", params={"tenant": tenant_id, "limit": 10000})
-        resp.raise_for_status()
-        return list(resp.json())
-
-
 def test_foreground_run_with_envs_cwd_and_callbacks(sbx: Sandbox) -> None:
     seen: list[str] = []
-    # stderr apart from stdout: Navi's process log is one stream, so what a command writes
-    # before the SDK's stream is attached (its first moments) comes as stdout
     result = sbx.commands.run("echo $GREETING; sleep 1; echo oops >&2", on_stdout=seen.append)
     assert result.exit_code == 0
     assert "hello from envs" in result.stdout
@@ -87,9 +63,25 @@ def test_foreground_run_with_envs_cwd_and_callbacks(sbx: Sandbox) -> None:
     assert failed.value.exit_code == 3
 
 
+def test_stderr_before_the_stream_attaches_stays_stderr(sbx: Sandbox) -> None:
+    """What a command writes at once is in its log before the SDK's stream follows it: the
+    replay keeps the streams apart."""
+    result = sbx.commands.run("echo early-err >&2; echo early-out; echo late-err >&2")
+    assert (result.stdout, result.stderr) == ("early-out\n", "early-err\nlate-err\n")
+
+
 def test_a_command_writes_what_files_read(sbx: Sandbox) -> None:
     sbx.commands.run("echo made-by-command > /home/user/out.txt")
     assert sbx.files.read("/home/user/out.txt").strip() == "made-by-command"
+
+
+def test_home_user_is_the_workspace_the_cwd_and_home(sbx: Sandbox) -> None:
+    assert sbx.commands.run("pwd").stdout == "/home/user\n"
+    assert sbx.commands.run("echo $HOME").stdout == "/home/user\n"
+    sbx.commands.run("echo tilde > ~/x")
+    assert sbx.files.read("/home/user/x") == "tilde\n"
+    assert sbx.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+    assert sbx.commands.run("test -e /workspace/x || echo apart").stdout == "apart\n"
 
 
 def test_background_stdin_list_connect_kill(sbx: Sandbox) -> None:
@@ -132,7 +124,7 @@ def test_commands_are_navi_processes_audited(navi: Server, tenant: tuple[str, st
     with navi.client(tenant[1]) as api:
         listed = api.get(f"/v1/sessions/{sbx.sandbox_id}/processes").json()
     assert any(p["command"] == "echo audited" for p in listed)
-    starts = [r for r in _audit(navi, tenant[0])
+    starts = [r for r in audit(navi, tenant[0])
               if r.get("action") == "process.start" and r.get("session") == sbx.sandbox_id]
     assert starts
 
@@ -178,6 +170,12 @@ def test_run_code_keeps_state_and_streams(code: CodeSandbox) -> None:
     assert failed.error is not None and failed.error.name == "ZeroDivisionError"
 
 
+def test_run_code_sees_home_user(code: CodeSandbox) -> None:
+    assert code.run_code("import os; os.getcwd()").text == "'/home/user'"
+    code.files.write("/home/user/from_files.txt", "seen")
+    assert code.run_code("open('from_files.txt').read()").text == "'seen'"
+
+
 def test_run_code_png_and_dataframe(code: CodeSandbox) -> None:
     chart = code.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
     assert any(r.png for r in chart.results), chart
@@ -208,10 +206,14 @@ def test_run_code_is_refused_by_policy(locked_key: str) -> None:
 
 
 def test_the_docs_quick_start_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/e2b.md's first Python block, unchanged, with only the three variables set."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "e2b.md").read_text()
-    block = text.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(block, "docs/e2b.md", "exec"), {})  # noqa: S102 (our own docs)
+    """README's E2B quick-start (docs/e2b.md's first Python block is the same), unchanged,
+    with only the three variables set."""
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text().split("## Using the E2B SDK\n", 1)[1]
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    docs = (root / "docs" / "e2b.md").read_text()
+    assert docs.split("```python\n", 1)[1].split("```", 1)[0] == block
+    exec(compile(block, "README.md", "exec"), {})  # noqa: S102 (our own docs)
     printed = capsys.readouterr().out.splitlines()
     assert printed == ["hi", "", "1,2,3", "42"], printed
 

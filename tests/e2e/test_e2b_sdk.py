@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -27,16 +25,13 @@ from e2b import (
 )
 from e2b.sandbox.filesystem.filesystem import FileType
 
-from tests.e2e.conftest import Server, start_server, stop_server
-
-E2B_VARS = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
-POLICY = Path(__file__).parent / "policies" / "e2b.yaml"  # upload_mb 8, session disk 64 MiB
+from tests.e2e.conftest import Server, stop_server
+from tests.e2e.e2b_server import audit, e2b_vars, start_e2b_server
 
 
 @pytest.fixture(scope="module")
 def navi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("e2b"), policy=POLICY,
-                       extra_env={"NAVI_EMBEDDED_MODEL": "off"}, ready_s=120)
+    srv = start_e2b_server(tmp_path_factory.mktemp("e2b"))
     yield srv
     stop_server(srv)
 
@@ -49,25 +44,8 @@ def tenant(navi: Server) -> tuple[str, str]:
 @pytest.fixture
 def e2b_env(navi: Server, tenant: tuple[str, str]) -> Iterator[str]:
     """The three variables, as a user sets them (nothing else configures the SDK)."""
-    saved = {k: os.environ.get(k) for k in E2B_VARS}
-    os.environ["E2B_API_URL"] = f"{navi.url}/e2b"
-    os.environ["E2B_SANDBOX_URL"] = f"{navi.url}/e2b"
-    os.environ["E2B_API_KEY"] = tenant[1]
-    try:
-        yield tenant[1]
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _audit(navi: Server, tenant_id: str) -> list[dict[str, object]]:
-    with navi.client(navi.admin_token) as admin:
-        resp = admin.get("/v1/audit", params={"tenant": tenant_id, "limit": 10000})
-        resp.raise_for_status()
-        return list(resp.json())
+    with e2b_vars(navi, tenant[1]) as key:
+        yield key
 
 
 def test_lifecycle_create_info_list_timeout_connect_kill(
@@ -96,7 +74,7 @@ def test_lifecycle_create_info_list_timeout_connect_kill(
         Sandbox.get_info(sbx.sandbox_id)
     with navi.client(e2b_env) as api:
         assert api.get(f"/v1/sessions/{sbx.sandbox_id}").status_code == 404
-    actions = [(r.get("action"), r.get("object")) for r in _audit(navi, tenant[0])]
+    actions = [(r.get("action"), r.get("object")) for r in audit(navi, tenant[0])]
     assert ("session.create", sbx.sandbox_id) in actions
     assert ("session.delete", sbx.sandbox_id) in actions
 
@@ -119,7 +97,7 @@ def test_the_timeout_deletes_the_sandbox_audited(navi: Server, tenant: tuple[str
     while sbx.is_running() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not sbx.is_running()
-    records = [r for r in _audit(navi, tenant[0]) if r.get("action") == "session.delete"
+    records = [r for r in audit(navi, tenant[0]) if r.get("action") == "session.delete"
                and r.get("object") == sbx.sandbox_id]
     assert records and records[-1].get("detail") == "reason timeout", records
 
@@ -145,6 +123,13 @@ def test_files(e2b_env: str) -> None:
         assert sbx.files.make_dir("/home/user/empty") is True
         assert sbx.files.make_dir("/home/user/empty") is False
         assert sbx.files.get_info("/home/user/empty").type == FileType.DIR
+        assert sbx.files.make_dir("/home/user/empty/inner") is True
+        listed = {(e.name, e.type) for e in sbx.files.list("/home/user")}
+        assert ("empty", FileType.DIR) in listed  # an empty directory is listed too
+        assert ("inner", FileType.DIR) not in listed
+        assert [(e.path, e.type) for e in sbx.files.list("/home/user/empty")] == [
+            ("/home/user/empty/inner", FileType.DIR)]
+        assert sbx.files.list("/home/user/empty/inner") == []
         moved = sbx.files.rename("/home/user/notes/a.txt", "/home/user/notes/z.txt")
         assert moved.path == "/home/user/notes/z.txt"
         assert not sbx.files.exists("/home/user/notes/a.txt")

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from runtime.e2b.envd import process_pb as pb
+from runtime.e2b.home import navi_cwd
 from runtime.e2b.paths import resolve, shown
-from runtime.e2b.process import PidTable, Started, command_of, navi_cwd
+from runtime.e2b.pids import PidTable, Started
+from runtime.e2b.process import command_of
+from runtime.e2b.store import SandboxRecord, SandboxStore
 from runtime.e2b.uploads import MAX_PARTS, parts
 from runtime.errors import InvalidInput, InvalidPath, NotFound
+from runtime.store import Store
 
 
 @pytest.mark.parametrize(("path", "expected"), [
@@ -96,18 +101,53 @@ def test_the_sdks_bash_wrapper_becomes_the_command_itself() -> None:
     assert navi_cwd("/tmp/x") == "/tmp/x"
 
 
-def test_pids_are_per_sandbox() -> None:
-    table = PidTable()
-    one = table.add("s1", Started("p_1", pb.ProcessConfig(), "web"))
-    two = table.add("s2", Started("p_2", pb.ProcessConfig(), None))
-    assert one == two  # the same number in two sandboxes: two processes
-    assert table.find("s1", pb.ProcessSelector(selector=_pid(one)))[1].process_id == "p_1"
-    assert table.find("s2", pb.ProcessSelector(selector=_pid(two)))[1].process_id == "p_2"
-    assert table.find("s1", pb.ProcessSelector(selector=_tag("web")))[0] == one
+async def _sandboxes(path: Path, count: int) -> tuple[Store, list[str]]:
+    store = await Store.open(path)
+    tenant = await store.create_tenant("t")
+    made = []
+    for _ in range(count):
+        session = await store.create_session(tenant.id, "developer")
+        await SandboxStore(store).create(SandboxRecord(
+            session_id=session.id, tenant_id=tenant.id, template="base", metadata={},
+            envs={}, started_at=0, end_at=1))
+        made.append(session.id)
+    return store, made
+
+
+async def test_pids_are_per_sandbox_and_kept_in_the_store(tmp_path: Path) -> None:
+    store, (s1, s2, s3) = await _sandboxes(tmp_path / "navi.sqlite3", 3)
+    table = PidTable(store)
+    config = pb.ProcessConfig(cmd="/bin/bash", args=["-l", "-c", "sleep 9"], cwd="/tmp")
+    one = await table.add(s1, Started("p_1", config, "web"))
+    two = await table.add(s2, Started("p_2", pb.ProcessConfig(), None))
+    assert one == two == 1001  # the same number in two sandboxes: two processes
+    assert await table.add(s1, Started("p_3", pb.ProcessConfig(), None)) == 1002
+    assert (await table.find(s2, pb.ProcessSelector(selector=_pid(two))))[1].process_id == "p_2"
+    assert (await table.find(s1, pb.ProcessSelector(selector=_tag("web"))))[0] == one
     with pytest.raises(Exception, match="not found"):
-        table.find("s1", pb.ProcessSelector(selector=_pid(one + 1)))
+        await table.find(s1, pb.ProcessSelector(selector=_pid(1003)))
     with pytest.raises(Exception, match="not found"):
-        table.find("s3", pb.ProcessSelector(selector=_pid(one)))
+        await table.find(s3, pb.ProcessSelector(selector=_pid(one)))
+    await store.close()
+    again = await Store.open(tmp_path / "navi.sqlite3")  # a restarted server
+    pid, started = await PidTable(again).find(s1, pb.ProcessSelector(selector=_pid(one)))
+    assert (pid, started.process_id, started.tag, started.config) == (one, "p_1", "web", config)
+    await PidTable(again).forget(s1, [one])
+    assert list(await PidTable(again).of_sandbox(s1)) == [1002]
+    await again.close()
+
+
+async def test_contexts_are_kept_in_the_store(tmp_path: Path) -> None:
+    store, (s1, s2) = await _sandboxes(tmp_path / "navi.sqlite3", 2)
+    await SandboxStore(store).add_context(s1, "abc", "ctx-abc")
+    await store.close()
+    again = SandboxStore(await Store.open(tmp_path / "navi.sqlite3"))
+    assert await again.contexts(s1) == ["abc"] and await again.contexts(s2) == []
+    assert await again.context_kernel(s1, "abc") == "ctx-abc"
+    assert await again.context_kernel(s2, "abc") is None
+    await again.remove_context(s1, "abc")
+    assert await again.count_contexts(s1) == 0
+    await again.store.close()
 
 
 def _pid(pid: int):  # type: ignore[no-untyped-def]
