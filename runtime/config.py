@@ -134,6 +134,10 @@ class Settings(BaseSettings):
         "ready per class (the pool grows from NAVI_WARM_POOL_SIZE toward it on misses).")
     warm_per_tenant: int = Field(8, ge=0, description="Warm containers one tenant may hold.")
     warm_total: int = Field(64, ge=0, description="Warm containers the whole server may hold.")
+    warm_late_bind: bool = Field(
+        True, description="runc: one warm pool per tenant class whose containers get a "
+        "session's files bound when a call takes one, so a new session's first call runs "
+        "warm (false: the per-session pool only; docs/sandbox.md).")
     egress_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
         [80, 443], description="Ports the egress proxy may connect to (JSON list).")
     egress_max_connections: int = Field(

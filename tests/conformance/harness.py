@@ -12,6 +12,8 @@ container, under which runtime tier). Suites pick adapters by capability, never 
 
     fake                    FakeBackend: the protocol only, it runs nothing
     runc-cold, runc-warm    DockerBackend on runc, a fresh container / a warm one per call
+    runc-pooled             a warm one from the tenant's pool, the session bound after start
+                            (``late_bind.py``; primed by another session of the tenant)
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
     cluster-node            a node agent of a real 1-node local cluster, through RemoteNode
                             (``runtime.nodes.remote``; its own cluster per module: +~35 s;
@@ -39,7 +41,7 @@ from typing import Any
 import pytest
 
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
-from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import ExecRequest, ExecResult, Limits
@@ -179,6 +181,42 @@ def _warm(backend: DockerBackend) -> Driver:
     return drive
 
 
+def _pooled(backend: DockerBackend, config: DockerBackendConfig) -> Driver:
+    """Another session of the tenant makes the pool launch a container (no session's files
+    in it); the call then takes it and gets its own session bound (asserted)."""
+
+    async def drive(call: ExecRequest, on_output: OutputCallback | None,
+                    before_start: Awaitable[object] | None,
+                    scripted: FakeResponse | None) -> ExecResult:
+        other = new_workspace(config)
+        prime = call.model_copy(update={"argv": ["true"], "stdin": b"", "exec_id": _exec_id(),
+                                        "workspace": other, "session": other.name})
+        await backend.run(prime)
+        await wait_ready(backend, f"@{call.tenant}")
+        taken = backend.warm.stats["taken"]
+        result = await backend.run(call, on_output, before_start=before_start)
+        assert backend.warm.stats["taken"] == taken + 1, "the call did not run pooled"
+        return result
+
+    return drive
+
+
+def pooled() -> Adapter:
+    caps = Capabilities(runtime="runc", warm=True)
+
+    @contextlib.asynccontextmanager
+    async def factory(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+        instance_id = fixtures.getfixturevalue("test_instance_id")
+        config = engine_config(fixtures.getfixturevalue("sandbox_data_dir"), instance_id)
+        config = config.model_copy(update={"warm": WarmPoolConfig(size=1, late_bind=True)})
+        api = fixtures.getfixturevalue("docker_api")
+        async with started_backend(config, api, instance_id) as backend:
+            yield Sandbox(backend, caps, image=fixtures.getfixturevalue("sandbox_image"),
+                          workspace=new_workspace(config), drive=_pooled(backend, config))
+
+    return Adapter("runc-pooled", caps, factory, marks=(pytest.mark.docker,))
+
+
 def docker(runtime: str, *, warm: bool) -> Adapter:
     caps = Capabilities(runtime=runtime, warm=warm)
 
@@ -260,6 +298,7 @@ def process(runtime: str) -> Adapter:
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter("fake", FAKE, _fake),
     *(docker(runtime, warm=warm) for runtime in ("runc", "gvisor") for warm in (False, True)),
+    pooled(),
     Adapter("cluster-node", CLUSTER_NODE, _cluster_node, marks=(pytest.mark.docker,)),
     *(process(runtime) for runtime in ("runc", "gvisor")),
 )

@@ -163,6 +163,8 @@ def pump_output(
 def shutdown(attached: Any) -> None:
     """Wake any thread blocked on the attach socket and release it."""
     sock = getattr(attached, "_sock", attached)
+    if sock is None:  # released already
+        return
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

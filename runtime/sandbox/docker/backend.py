@@ -35,99 +35,44 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from docker import APIClient
-from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.config import Settings
-from runtime.egress import EgressConfig, egress_proxy
+from runtime.egress import egress_proxy
 from runtime.egress.proxy import Resolver
 from runtime.egress.rules import DeniedAddresses
 from runtime.errors import RuntimeUnavailable, SandboxError
 from runtime.logging import after_this_step, get_logger
 from runtime.sandbox.backend import OutputCallback, StartGate
 from runtime.sandbox.docker import attach
-from runtime.sandbox.docker.drive import Capture, Started, drive
+from runtime.sandbox.docker.backend_config import DockerBackendConfig
+from runtime.sandbox.docker.drive import Started, drive
 from runtime.sandbox.docker.engine import DockerEngine
 from runtime.sandbox.docker.hostmounts import HardenState, ensure_nosuid_nodev, release_nosuid_nodev
+from runtime.sandbox.docker.late_bind import BindRoot, pooled_template
 from runtime.sandbox.docker.launch import WarmLauncher, start_cold, start_warm
 from runtime.sandbox.docker.reaper import Reaper
-from runtime.sandbox.docker.seccomp import DEFAULT_PROFILE_PATH, load_profile
-from runtime.sandbox.docker.spec import LABEL_LEASE, ContainerSpec, build_spec
-from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, WarmPoolConfig, warm_key
+from runtime.sandbox.docker.seccomp import load_profile
+from runtime.sandbox.docker.shapes import ContainerShapes
+from runtime.sandbox.docker.spec import LABEL_LEASE, LABEL_SESSION, ContainerSpec
+from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, warm_key
 from runtime.sandbox.docker.warm_stream import oom_kills
 from runtime.sandbox.instance import load_instance_id
-from runtime.sandbox.models import ExecRequest, ExecResult, MiB
+from runtime.sandbox.models import ExecRequest, ExecResult
 
+__all__ = ["DockerBackend", "DockerBackendConfig"]
 log = get_logger(__name__)
 
 SETTLE_WAIT_S = 5.0
 """The longest after-call work waits for the caller to settle a call (see ``run``)."""
 
 
-class DockerBackendConfig(BaseModel):
-    """Where the backend keeps things and whom it runs sandboxed code as."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    data_dir: Path
-    workspaces_root: Path
-    sandbox_uid: int = Field(65534, ge=1)
-    lease_grace_s: float = Field(30.0, ge=0)
-    seccomp_profile_path: Path = DEFAULT_PROFILE_PATH
-    instance_id: str | None = Field(None, description="None: the one kept in the data dir")
-    base_url: str | None = Field(None, description="None: DOCKER_HOST or the local socket")
-    artifact_max_bytes: int = Field(256 * MiB, ge=MiB)
-    harden_workspaces_root: bool = True
-    kill_grace_s: float = Field(5.0, gt=0, description="wait for the stream after a kill")
-    max_threads: int = Field(32, ge=4)
-    warm: WarmPoolConfig = Field(
-        default_factory=WarmPoolConfig, description="warm containers (size 0: every call cold)"
-    )
-    egress: EgressConfig = Field(default_factory=EgressConfig, description="egress proxies")
-    # `limits.runtime` -> the engine's name for it. `setup.sh` registers gVisor as `runsc`
-    # (`--network=none --oci-seccomp --host-uds=open`: no network stack of its own, the
-    # container's seccomp profile enforced inside too, the egress socket reachable).
-    engine_runtimes: dict[str, str] = Field(
-        default_factory=lambda: {"runc": "runc", "gvisor": "runsc"})
-    tenant_cgroups: bool = Field(True, description="a cgroup parent per tenant (fair CPU)")
-
-    @property
-    def artifacts_dir(self) -> Path:
-        return self.data_dir / "artifacts"
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, *, warm_pool: bool = False, **overrides: Any
-    ) -> DockerBackendConfig:
-        """``warm_pool``: keep warm containers (a long-lived server; a one-shot CLI does not)."""
-        values: dict[str, Any] = {
-            "data_dir": settings.data_dir.resolve(),
-            "workspaces_root": settings.workspaces_dir.resolve(),
-            "sandbox_uid": settings.sandbox_uid,
-            "lease_grace_s": settings.lease_grace_s,
-            "tenant_cgroups": settings.tenant_cgroups,
-            "egress": EgressConfig.from_settings(settings),
-        }
-        if warm_pool:
-            values["warm"] = WarmPoolConfig(
-                size=settings.warm_pool_size,
-                idle_s=settings.warm_idle_s,
-                burst=settings.warm_burst,
-                per_tenant=settings.warm_per_tenant,
-                total=settings.warm_total,
-            )
-        return cls(**{**values, **overrides})
-
-
-
-class DockerBackend:
+class DockerBackend(ContainerShapes):
     """``SandboxBackend`` on a Docker engine. ``await start()`` (or the first ``run``) connects."""
 
     def __init__(self, config: DockerBackendConfig) -> None:
@@ -168,6 +113,7 @@ class DockerBackend:
             if self.config.harden_workspaces_root:
                 self.workspaces_root_state = ensure_nosuid_nodev(self.config.workspaces_root)
             await self.engine.connect()
+            self._open_bind_root()
             info = await self.engine.call(self.engine.info)
             self._runtimes = frozenset(info.get("Runtimes") or {"runc": {}})
             self._cgroup_driver = str(info.get("CgroupDriver") or "cgroupfs")
@@ -202,8 +148,25 @@ class DockerBackend:
             await self.engine.call(self.engine.remove, container)
         self.engine.disconnect()  # a closed backend may be started again
         self.warm = self._new_pool()
+        if self.launcher.bind_root is not None:
+            self.launcher.bind_root.close()
+            self.launcher.bind_root = None
         release_nosuid_nodev(self.config.workspaces_root, self.workspaces_root_state)
         self.workspaces_root_state = None
+
+    def _open_bind_root(self) -> None:
+        """Where pooled containers get their sessions bound (``late_bind.py``): runc session
+        calls then share one pool per tenant class; without it, the session pool serves."""
+        warm = self.config.warm
+        if not (warm.late_bind and warm.size > 0 and BindRoot.possible()):
+            return
+        root = BindRoot(self.config.data_dir)
+        try:
+            root.open()
+        except OSError as exc:
+            log.warning("bind_root_unavailable", error=str(exc))
+            return
+        self.launcher.bind_root = root
 
     @property
     def runtimes(self) -> frozenset[str]:
@@ -263,9 +226,10 @@ class DockerBackend:
         self._prepare_workspace(request)
         # warm ones are made without a socket, and no secret waits in an idle container
         cold = not self.warm.enabled or egress is not None or bool(request.env)
-        key = None if cold else f"{warm_key(spec)}:{request.limits.timeout_s}"
+        template = spec if cold else self._warm_template(spec, request)
+        key = None if cold else f"{warm_key(template)}:{request.limits.timeout_s}"
         pool = self.warm  # close() swaps it: this call settles with the one it took from
-        warm = await pool.take(key) if key is not None else None
+        warm = await self._take(pool, key, request) if key is not None else None
         engine = self.engine
         container = warm.id if warm is not None else \
             await engine.acquire(engine.remove, engine.create, spec)
@@ -277,7 +241,8 @@ class DockerBackend:
                                  on_output=on_output)
         except BaseException:
             try:
-                await asyncio.shield(engine.call(engine.remove, container))
+                await asyncio.shield(engine.call(engine.remove, container) if warm is None
+                                     else self.launcher.discard(warm))
             finally:
                 self._running.pop(request.exec_id, None)
             raise
@@ -286,8 +251,7 @@ class DockerBackend:
             await asyncio.shield(engine.call(engine.remove, container))
         # a used warm container's removal and the session's next one: off the call's path,
         # once the caller has settled it (close() waits for that)
-        later = self._after_call(pool, settled, container if warm is not None else None,
-                                 key, spec, request)
+        later = self._after_call(pool, settled, warm, key, template, request)
         after = asyncio.ensure_future(later)
         self._removals.add(after)
         after.add_done_callback(self._removals.discard)
@@ -329,18 +293,44 @@ class DockerBackend:
             return started
         return await start_cold(self.engine, container, request.stdin)
 
+    def _warm_template(self, spec: ContainerSpec, request: ExecRequest) -> ContainerSpec:
+        """The class a call's warm container comes from: the tenant's pooled one when the
+        bind root is open (runc, a workspace), else the session's own spec."""
+        root = self.launcher.bind_root
+        if root is not None and root.opened and request.workspace is not None:
+            return pooled_template(spec, request.workdir) or spec
+        return spec
+
+    async def _take(self, pool: WarmPool, key: str, request: ExecRequest
+                    ) -> WarmContainer | None:
+        """A warm container for this call; a pooled one gets the call's session bound (if
+        that fails, it is removed and the call runs cold)."""
+        warm = await pool.take(key)
+        if warm is None or warm.slot is None or request.workspace is None:
+            return warm
+        try:
+            BindRoot.attach(warm.slot, request.workspace, request.tmp)
+        except SandboxError as exc:
+            log.warning("late_bind_failed", session=request.session, error=str(exc))
+            pool.stats["bind_refused"] += 1
+            await asyncio.shield(self.launcher.discard(warm))
+            return None
+        return warm
+
     async def _after_call(
-        self, pool: WarmPool, settled: Awaitable[object] | None, used: str | None,
-        key: str | None, spec: ContainerSpec, request: ExecRequest,
+        self, pool: WarmPool, settled: Awaitable[object] | None, used: WarmContainer | None,
+        key: str | None, template: ContainerSpec, request: ExecRequest,
     ) -> None:
         if settled is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(settled), SETTLE_WAIT_S)
         if key is not None and self.may_launch(request.tenant, request.session):
-            pool.replenish(key, self.launcher.spec_for(spec, request), request.session,
+            pooled = template.labels.get(LABEL_SESSION) == ""
+            pool.replenish(key, self.launcher.spec_for(template, request),
+                           f"@{request.tenant}" if pooled else request.session,
                            request.tenant)
-        if used is not None:
-            await self.engine.call(self.engine.remove, used)
+        if used is not None:  # its session's binds come off with its slot
+            await self.launcher.discard(used, used=True)
 
     async def long_lived_spec(self, request: ExecRequest, *, lease_s: float) -> ContainerSpec:
         """The hardened spec of a container that outlives one call (a kernel): the call's
@@ -354,62 +344,3 @@ class DockerBackend:
         self._prepare_workspace(request)
         lease = str(int(time.time() + lease_s + self.config.lease_grace_s) + 1)
         return spec.model_copy(update={"labels": {**spec.labels, LABEL_LEASE: lease}})
-
-    # -- what a call's container is --------------------------------------------------------
-
-    def _spec(
-        self, request: ExecRequest, image_id: str, egress: Path | None = None
-    ) -> ContainerSpec:
-        lease_until = int(time.time() + request.limits.timeout_s + self.config.lease_grace_s) + 1
-        return build_spec(
-            request,
-            image_id=image_id,
-            seccomp_profile=self._seccomp,
-            sandbox_uid=self._uid(request),
-            instance_id=self.instance_id,
-            lease_until=lease_until,
-            workspaces_root=self.config.workspaces_root,
-            egress_socket=egress,
-            engine_runtime=self.config.engine_runtimes[request.limits.runtime],
-            cgroup_parent=self._cgroup_parent(request.tenant),
-        )
-
-    def _capture(self, request: ExecRequest) -> Capture:
-        return Capture(artifacts_dir=self._artifacts_dir(request),
-                       artifact_max_bytes=self.config.artifact_max_bytes,
-                       kill_grace_s=self.config.kill_grace_s,
-                       cgroup_parent=self._cgroup_parent(request.tenant))
-
-    def _artifacts_dir(self, request: ExecRequest) -> Path:
-        """Beside the workspace, on the session's own disk (they count against its quota and
-        go with it; the sandbox cannot reach them), else under the data dir."""
-        if request.workspace is not None:
-            beside = request.workspace.parent / "artifacts"
-            if beside.is_dir() and not beside.is_symlink():
-                return beside
-        return Path(self.config.artifacts_dir, request.session)
-
-    def _cgroup_parent(self, tenant: str) -> str | None:
-        """Each tenant's containers under a cgroup of the tenant's own: CPU is then shared
-        between tenants (equal weights), not between containers, so one tenant running its
-        maximum cannot take the CPU from another's calls (fair share: docs/security.md)."""
-        if not self.config.tenant_cgroups or not re.fullmatch(r"[A-Za-z0-9_.-]{1,48}", tenant):
-            return None
-        if self._cgroup_driver == "systemd":
-            return f"navi-{tenant.replace('-', '_')}.slice"
-        return f"/navi/{tenant}"
-
-    def _uid(self, request: ExecRequest) -> int:
-        return request.uid if request.uid is not None else self.config.sandbox_uid
-
-    def _prepare_workspace(self, request: ExecRequest) -> None:
-        """The sandbox user must own the workspace and tmp directories to write in them."""
-        if os.geteuid() != 0:
-            return
-        uid = self._uid(request)
-        for directory in (request.workspace, request.tmp):
-            if directory is None:
-                continue
-            st = os.lstat(directory)
-            if (st.st_uid, st.st_gid) != (uid, uid):
-                os.chown(directory, uid, uid, follow_symlinks=False)

@@ -24,6 +24,7 @@ from runtime.errors import SandboxError
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.drive import Started
 from runtime.sandbox.docker.engine import DockerEngine
+from runtime.sandbox.docker.late_bind import BindRoot, is_template, slotted
 from runtime.sandbox.docker.spec import (
     LABEL_EXEC_ID,
     LABEL_LEASE,
@@ -73,6 +74,7 @@ class WarmLauncher:
         self.engine = engine
         self.config = config
         self.lease_grace_s = lease_grace_s
+        self.bind_root: BindRoot | None = None  # open: pooled containers can be launched
 
     def spec_for(self, spec: ContainerSpec, request: ExecRequest) -> ContainerSpec:
         """The call's own spec, running the runner, with a lease covering idle + call."""
@@ -87,20 +89,39 @@ class WarmLauncher:
                                        "labels": labels})
 
     async def launch(self, spec: ContainerSpec, key: str) -> WarmContainer:
-        engine = self.engine
-        container = await engine.acquire(engine.remove, engine.create, spec)
+        """A ready container of ``spec``'s class; a tenant's template (``late_bind``) gets
+        a slot of its own, bound at its workdir and /tmp."""
+        engine, slot, tenant = self.engine, None, spec.labels[LABEL_TENANT]
+        if is_template(spec):
+            if self.bind_root is None or not self.bind_root.opened:
+                raise SandboxError("pooled containers need the bind root (root, started)")
+            slot = self.bind_root.slot()
+            spec = slotted(spec, slot)
         try:
-            attached = await engine.acquire(attach.shutdown, self._start_ready, container)
+            container = await engine.acquire(engine.remove, engine.create, spec)
+            try:
+                attached = await engine.acquire(attach.shutdown, self._start_ready, container)
+            except BaseException:
+                await asyncio.shield(engine.call(engine.remove, container))
+                raise
         except BaseException:
-            await asyncio.shield(engine.call(engine.remove, container))
+            if slot is not None:
+                BindRoot.release(slot)
             raise
-        return WarmContainer(id=container, key=key, session=spec.labels[LABEL_SESSION],
-                             tenant=spec.labels[LABEL_TENANT], image_id=spec.image,
-                             attached=attached)
+        return WarmContainer(id=container, key=key,
+                             session=spec.labels[LABEL_SESSION] or f"@{tenant}",
+                             tenant=tenant, image_id=spec.image, attached=attached, slot=slot)
 
-    async def discard(self, warm: WarmContainer) -> None:
-        attach.shutdown(warm.attached)
-        await self.engine.call(self.engine.remove, warm.id)
+    async def discard(self, warm: WarmContainer, *, used: bool = False) -> None:
+        """Remove a warm container (unused, or ``used`` by its one call: its call closed
+        the attach socket) and free its slot."""
+        if not used:
+            attach.shutdown(warm.attached)
+        try:
+            await self.engine.call(self.engine.remove, warm.id)
+        finally:
+            if warm.slot is not None:
+                BindRoot.release(warm.slot)
 
     def _start_ready(self, container: str) -> Any:
         """Attach, start, and wait for the runner's ready frame; returns the attach socket."""

@@ -60,6 +60,8 @@ class BindMount(BaseModel):
     source: str
     target: str
     read_only: bool = True
+    propagation: Literal["rprivate", "rslave"] = Field(
+        "rprivate", description="rslave: mounts made on the source later appear (late_bind)")
 
 
 class ContainerSpec(BaseModel):
@@ -146,7 +148,8 @@ class ContainerSpec(BaseModel):
             "cgroup_parent": self.cgroup_parent,
             "log_config": LogConfig(type=self.log_driver),
             "mounts": [
-                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only)
+                Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only,
+                      propagation=None if m.propagation == "rprivate" else m.propagation)
                 for m in self.mounts
             ],
         }

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.logging import get_logger
+from runtime.sandbox.docker.late_bind import Slot
 from runtime.sandbox.docker.spec import LABEL_EXEC_ID, LABEL_LEASE, ContainerSpec
 
 log = get_logger(__name__)
@@ -54,6 +55,8 @@ class WarmPoolConfig(BaseModel):
     ready_timeout_s: float = Field(10.0, gt=0, description="start → runner ready, at most")
     retry_after_s: float = Field(60.0, ge=0, description="pause for a class whose launch failed")
     burst: int = Field(4, ge=0, le=16, description="most ready per class for a busy session")
+    late_bind: bool = Field(False, description="runc session calls: one pool per tenant "
+                            "class, the session bound when a call takes one (late_bind.py)")
 
 
 @dataclass(eq=False)
@@ -67,6 +70,7 @@ class WarmContainer:
     image_id: str
     attached: Any
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    slot: Slot | None = None  # a tenant's pooled container: where its session is bound
 
 
 @dataclass(eq=False)

@@ -14,6 +14,8 @@ start-up (the container, and so the interpreter, serves this one job).
 It ends as that command's exit is seen from inside (non-daemon threads joined, ``atexit``,
 the job's globals cleared so ``__del__`` runs and unclosed files flush, ``gc``, stdio flushed,
 ``SystemExit``'s code), then ``_exit``s instead of freeing the interpreter (3-9 ms a call).
+Once the argv is in, the child enters its workdir again by path: in a tenant's pooled container
+(``late_bind.py``) the session's workspace was mounted on it after the runner started there.
 What follows the frame on stdin is the job's stdin, up to EOF.
 
 When the job exits, the runner writes the trailer ``\\0navi-end-<nonce>:<exit code>\\n`` on
@@ -99,6 +101,10 @@ if pid == 0:
     os.close(ok_w)
     argv = fields(rd(go_r, int.from_bytes(rd(go_r, 4), "big")))
     os.close(go_r)
+    try:  # by path: a pooled container's session was mounted on its workdir after start
+        os.chdir(os.getcwd())
+    except OSError:
+        pass
     if len(argv) >= 4 and argv[:3] == ["python3", "-I", "-c"]:
         import types
         main = types.ModuleType("__main__")
