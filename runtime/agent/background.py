@@ -4,15 +4,19 @@ The sub-agent's turn runs as a task of its own; the parent's turn goes on (and m
 it works. It is one of the session's background processes with `kind: "agent"` and an id
 `a_...`: `process_list`/`GET .../processes` list it, `process_output` reads its transcript so
 far, `process_stop` cancels it, `process_wait` waits for its answer (or a line matching a
-pattern). At most `limits.processes.max_agents_per_session` run at once per session. Kept in
-memory: a server restart ends them with the turns.
+pattern). At most `limits.processes.max_agents_per_session` run at once per session.
+
+Its record is a row of the `processes` table (kind `agent`), written when it starts and
+closed when it ends, so it stays listed after a restart: a server that stops ends its
+running sub-agents `interrupted`, and one that starts after a crash closes the rows the last
+one left running `interrupted` (`recover`). Its transcript is in memory: after a restart its
+output says it was lost. Its own todo and notes (`runtime.agent.subagent`) go when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -22,13 +26,17 @@ from runtime.agent.subagent import EphemeralHistory, SubAgents, run_nested
 from runtime.errors import NotFound, QuotaExceeded
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
-from runtime.processes.models import ProcessInfo, ProcessOutput, WaitResult
+from runtime.processes.models import ProcessInfo, ProcessOutput, ProcessRecord, WaitResult
+from runtime.processes.monitor import compile_pattern
+from runtime.processes.records import KEEP_ENDED, ProcessStore
+from runtime.tools.notes_store import NotesStore
 
 log = get_logger(__name__)
 
 PREFIX = "a_"
-MAX_PATTERN = 1000
+KIND = "agent"
 WAIT_MAX_S = 600.0
+LOST = "[its transcript was lost: the server restarted while it ran]\n"
 
 
 @dataclass
@@ -62,6 +70,42 @@ class BackgroundAgents:
     def __init__(self, subagents: SubAgents) -> None:
         self.subagents = subagents
         self._items: dict[str, Running] = {}
+        self._closing = False
+        services = subagents.services
+        self.records = ProcessStore(services.store) if services is not None else None
+        if services is not None and services.agent is not None:
+            services.agent.closers.append(self.close)
+
+    def _store(self) -> ProcessStore:
+        if self.records is None:
+            raise NotFound("background sub-agents are not available here")
+        return self.records
+
+    async def recover(self) -> int:
+        """At start-up: what the last server left running ended with it (`interrupted`)."""
+        records = self._store()
+        rows = await records.running(KIND)
+        for record, _egress in rows:
+            await records.close(record.id, exit_code=None, reason="interrupted",
+                                output_bytes=0)
+            notes = self._notes()
+            if notes is not None:
+                with contextlib.suppress(Exception):
+                    await notes.drop_agent(record.tenant_id, record.session_id, record.id)
+        if rows:
+            log.info("background_agents_interrupted", count=len(rows))
+        return len(rows)
+
+    def _notes(self) -> NotesStore | None:
+        services = self.subagents.services
+        return getattr(getattr(services, "tools", None), "notes", None)
+
+    def _forget_ended(self) -> None:
+        """Keep the transcripts of the newest `KEEP_ENDED` ended sub-agents in memory."""
+        ended = sorted((i for i in self._items.values() if i.done.is_set()),
+                       key=lambda i: i.info.ended_at or 0)
+        for item in ended[:max(0, len(ended) - KEEP_ENDED)]:
+            self._items.pop(item.info.id, None)
 
     async def start(self, parent: Subject, task: str, profile: str | None,
                     parent_turn: str | None, parent_call: str | None) -> str:
@@ -75,13 +119,16 @@ class BackgroundAgents:
             raise QuotaExceeded(f"at most {limit} background sub-agents per session "
                                 "(limits.processes.max_agents_per_session)", retry_after=5,
                                 quota="max_agents_per_session")
-        turn, history = await self.subagents.build(parent, task, profile, parent_turn,
-                                                   parent_call)
         agent_id = PREFIX + secrets.token_hex(8)
-        item = Running(ProcessInfo(id=agent_id, name=f"agent {turn.s.profile.name}",
-                                   command=task[:200], cwd="/workspace", state="running",
-                                   started_at=time.time(), kind="agent"),
-                       parent.tenant, parent.session, history)
+        turn, history = await self.subagents.build(parent, task, profile, parent_turn,
+                                                   parent_call, agent_id=agent_id)
+        record = ProcessRecord(
+            id=agent_id, name=f"agent {turn.s.profile.name}", command=task[:200],
+            cwd="/workspace", state="running", started_at=time.time(), kind=KIND,
+            node=parent.node, tenant_id=parent.tenant, session_id=parent.session,
+            token_id=parent.user)
+        await self._store().insert(record, egress=False)
+        item = Running(record.public(), parent.tenant, parent.session, history)
         self._items[agent_id] = item
         item.task = asyncio.create_task(self._run(item, turn, parent_call),
                                         name=f"background agent {agent_id}")
@@ -94,36 +141,57 @@ class BackgroundAgents:
             item.answer = answer
             code = 0 if stop in ("stop", "max_iterations", "too_long") else 1
         except asyncio.CancelledError:
-            reason, code = "stopped", 130
+            reason, code = ("interrupted" if self._closing else "stopped"), 130
         except Exception as exc:  # a bug must not leave the record running
             log.error("background_agent_failed", agent=item.info.id, exc_info=exc)
             code = 1
         item.info = item.info.model_copy(update={
             "state": "exited", "exit_code": code, "reason": reason, "ended_at": time.time()})
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._store().close(
+                item.info.id, exit_code=code, reason=reason,
+                output_bytes=len(item.transcript().encode())))
         item.done.set()
+        self._forget_ended()
 
-    def _find(self, subject: Subject, process_id: str) -> Running:
+    async def _record(self, subject: Subject, process_id: str) -> ProcessRecord:
+        found = (await self._store().get(subject.tenant, subject.session, process_id)
+                 if len(process_id) <= 64 else None)
+        if found is None or found.kind != KIND:
+            raise NotFound(f"no process {process_id!r} in this session")
+        return found
+
+    def _live(self, subject: Subject, process_id: str) -> Running | None:
         item = self._items.get(process_id)
         if item is None or item.tenant != subject.tenant or item.session != subject.session:
-            raise NotFound(f"no process {process_id!r} in this session")
+            return None
         return item
 
     async def list(self, subject: Subject) -> list[ProcessInfo]:
-        return [i.info for i in self._items.values()
-                if i.tenant == subject.tenant and i.session == subject.session]
+        rows = await self._store().for_session(subject.tenant, subject.session, KIND)
+        return [self._items[r.id].info if r.id in self._items else r.public() for r in rows]
 
     async def get(self, subject: Subject, process_id: str) -> ProcessInfo:
-        return self._find(subject, process_id).info
+        item = self._live(subject, process_id)
+        return item.info if item is not None else (await self._record(subject, process_id)
+                                                   ).public()
 
     async def output(self, subject: Subject, process_id: str, since: int) -> ProcessOutput:
-        item = self._find(subject, process_id)
-        data = item.transcript().encode()
+        item = self._live(subject, process_id)
+        if item is None:  # a sub-agent of a server before this one
+            info = (await self._record(subject, process_id)).public()
+            text = LOST + f"[ended: {info.reason}]\n"
+        else:
+            info, text = item.info, item.transcript()
+        data = text.encode()
         start = min(max(0, since), len(data))
         return ProcessOutput(output=data[start:].decode(errors="replace"), next=len(data),
-                             first=0, state=item.info.state, exit_code=item.info.exit_code)
+                             first=0, state=info.state, exit_code=info.exit_code)
 
     async def stop(self, subject: Subject, process_id: str) -> ProcessInfo:
-        item = self._find(subject, process_id)
+        item = self._live(subject, process_id)
+        if item is None:
+            return (await self._record(subject, process_id)).public()
         if item.task is not None and not item.task.done():
             item.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -132,8 +200,12 @@ class BackgroundAgents:
 
     async def wait(self, subject: Subject, process_id: str, pattern: str | None,
                    timeout_s: float | None) -> WaitResult:
-        item = self._find(subject, process_id)
-        regex = re.compile(pattern[:MAX_PATTERN]) if pattern else None
+        item = self._live(subject, process_id)
+        if item is None:
+            info = (await self._record(subject, process_id)).public()
+            return WaitResult(matched=False, exited=True, timed_out=False, process=info,
+                              recent=LOST)
+        regex = compile_pattern(pattern) if pattern else None  # RE2: linear time
         deadline = time.monotonic() + min(timeout_s or WAIT_MAX_S, WAIT_MAX_S)
         while True:
             text = item.transcript()
@@ -159,6 +231,10 @@ class BackgroundAgents:
                 item.task.cancel()
 
     async def close(self) -> None:
-        for item in self._items.values():
-            if item.task is not None and not item.task.done():
-                item.task.cancel()
+        """Server shutdown: running sub-agents end `interrupted` (recorded)."""
+        self._closing = True
+        tasks = [i.task for i in self._items.values() if i.task is not None
+                 and not i.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

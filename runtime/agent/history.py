@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import secrets
 import time
 from typing import Any
 
@@ -21,6 +22,11 @@ from runtime.wire import MessageOut, MessageRole
 __all__ = ["MAX_LIST", "MAX_META_CHARS", "MessageRole", "MessageStore", "StoredMessage"]
 MAX_META_CHARS = 16 * 1024
 MAX_LIST = 1000
+
+
+def new_turn_id() -> str:
+    """A turn's id (a sub-agent's too): what its stored rows carry."""
+    return "tu_" + secrets.token_hex(8)
 
 
 class StoredMessage(MessageOut):

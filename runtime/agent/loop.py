@@ -177,7 +177,7 @@ class Turn:
             self.runner = ToolRunner(
                 s.services.calls, s.subject, self.events, groups, s.profile.stall_repeats,
                 self.checkpoint.before_call if self.checkpoint else None,
-                (lambda: plans.active(s.subject.session)) if plans is not None else None)
+                (lambda: plans.active(s.subject.tenant, s.subject.session)) if plans else None)
         else:  # offered again (a new profile, a tool just written): the turn's counts stay
             self.runner.subject = s.subject
             self.runner.offered = groups

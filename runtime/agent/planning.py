@@ -55,14 +55,15 @@ class MandatoryPlanning:
         self.emit(Notice(turn_id=self.turn_id, phase=phase, message=message))
 
     async def start(self) -> None:
-        self.modes.enter(self.subject().session)
+        subject = self.subject()
+        await self.modes.enter(subject.tenant, subject.session)
         self._notice("analysis", "Planning first (this profile requires it): phase 1 of 3, "
                      "analysis, with reads and searches only.")
 
     async def after_answer(self) -> bool:
         """The model answered without a tool call: True when the turn goes on (next phase)."""
         subject = self.subject()
-        if not self.modes.active(subject.session):
+        if not await self.modes.active(subject.tenant, subject.session):
             return False
         if self.phase == "analysis":
             self._notice("review", "Phase 2 of 3: review of the analysis.")

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
-from runtime.agent.history import MessageStore, StoredMessage
+from runtime.agent.history import MessageStore, StoredMessage, new_turn_id
 from runtime.agent.llm import LLMBackend, build_backend
 from runtime.agent.llm.types import ImageInput
 from runtime.agent.loop import Turn, TurnSetup
@@ -47,10 +46,6 @@ class SentImage(Protocol):
     def data_b64(self) -> str: ...
 
 
-def new_turn_id() -> str:
-    return "tu_" + secrets.token_hex(8)
-
-
 @dataclass
 class RunningTurn:
     turn_id: str
@@ -66,6 +61,7 @@ class AgentService:
         self.persona = persona
         self._turns: dict[str, RunningTurn] = {}
         self.blacklist = ModelBlacklist(settings.model_blacklist_s)
+        self.closers: list[Callable[[], Awaitable[None]]] = []  # background sub-agents'
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentService:
@@ -145,6 +141,9 @@ class AgentService:
         return await MessageStore(services.store).list(session_id, after=after, limit=limit)
 
     async def close(self) -> None:
+        for closer in self.closers:
+            with contextlib.suppress(Exception):
+                await closer()
         for session_id in list(self._turns):
             await self.cancel(session_id)
         await self.backend.close()

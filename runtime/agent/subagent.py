@@ -8,18 +8,22 @@ parent's (every tool it would be offered, the parent is offered too), for at mos
 decision path and are audited with `parent_turn`; its events stream on the session's bus
 (its `stream_start` names the parent's call as `parent_call`, so clients nest them under
 that tool card). Its conversation is kept in memory for the call only: the parent's
-history holds the task and the answer, not the sub-agent's steps.
+history holds the task and the answer, not the sub-agent's steps. It has its own todo and
+scratchpad (its subject's `agent_id`: its turn id, or a background agent's id), which no other
+agent's calls see; they go when it ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import time
 from typing import Any
 
 from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
-from runtime.agent.history import MessageRole, MessageStore, StoredMessage
+from runtime.agent.history import MessageRole, MessageStore, StoredMessage, new_turn_id
 from runtime.agent.loop import Turn, TurnSetup
 from runtime.agent.models import profile_models
 from runtime.agent.profiles import AgentProfile
@@ -77,9 +81,10 @@ class SubAgents:
         return await run_nested(turn, parent_call)
 
     async def build(self, parent: Subject, task: str, profile: str | None,
-                    parent_turn: str | None, parent_call: str | None
-                    ) -> tuple[Turn, EphemeralHistory]:
-        """The sub-agent's turn, checked and ready (its conversation in `history`)."""
+                    parent_turn: str | None, parent_call: str | None,
+                    agent_id: str | None = None) -> tuple[Turn, EphemeralHistory]:
+        """The sub-agent's turn, checked and ready (its conversation in `history`); its
+        notes are keyed by `agent_id` (default: its turn id)."""
         services = self.services
         agent = services.agent if services is not None else None
         if services is None or agent is None:
@@ -93,9 +98,10 @@ class SubAgents:
         if found is None or name not in found[1].profiles or name not in profiles \
                 or parent.role not in profiles[name].roles:
             raise InvalidInput(f"profile {name!r} is not one this session may use")
+        turn_id = new_turn_id()
         child = parent.model_copy(update={
             "profile": name, "agent_depth": parent.agent_depth + 1,
-            "parent_turn": parent_turn or parent.parent_turn})
+            "parent_turn": parent_turn or parent.parent_turn, "agent_id": agent_id or turn_id})
         mine = await self._offered(services, parent, agent.profiles.get(parent.profile))
         child_profile = agent.profiles.get(name)
         theirs = await self._offered(services, child, child_profile)
@@ -105,9 +111,6 @@ class SubAgents:
                                f"({parent.profile!r}): it would add {extra}")
         bounded = child_profile.model_copy(update={
             "max_iterations": min(child_profile.max_iterations, MAX_ITERATIONS)})
-        from runtime.agent.service import new_turn_id
-
-        turn_id = new_turn_id()
         history = EphemeralHistory()
         await history.append(parent.session, turn_id, "user", task)
         models = profile_models(bounded.model, bounded.models, agent.settings.model)
@@ -126,5 +129,15 @@ async def run_nested(turn: Turn, parent_call: str | None) -> tuple[str, str, str
         await turn.run()
     finally:
         NESTED_TURN.reset(nested)
+        await _drop_notes(turn)
     reason, answer = turn.ended or ("error", "the sub-agent ended without an answer")
     return reason, answer, turn_id
+
+
+async def _drop_notes(turn: Turn) -> None:
+    """The sub-agent's own todo and notes go with it (shielded: also when it is cancelled)."""
+    subject, notes = turn.s.subject, getattr(turn.s.services.tools, "notes", None)
+    if notes is not None and subject.agent_id is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(notes.drop_agent(subject.tenant, subject.session,
+                                                  subject.agent_id))

@@ -70,7 +70,7 @@ class ToolRunner:
     def __init__(self, calls: SessionToolCall, subject: Subject, events: TurnEvents,
                  offered: dict[str, str], stall_repeats: int,
                  before_call: BeforeCall | None = None,
-                 planning: Callable[[], bool] | None = None) -> None:
+                 planning: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.calls = calls
         self.subject = subject
         self.events = events
@@ -88,7 +88,7 @@ class ToolRunner:
             if self._seen[key] >= self.stall_repeats:
                 raise Stalled(call.name, self._seen[key])
         subject = self.subject
-        if self.planning is not None and self.planning():
+        if self.planning is not None and await self.planning():
             subject = subject.model_copy(update={"plan_mode": True})
         request = CallRequest(
             tool=call.name, args=call.arguments, announced=True,

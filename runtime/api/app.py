@@ -148,6 +148,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                         kernels=kernels)
     subagents.services = services
     subagents.background = BackgroundAgents(subagents)  # spawn_agent {background: true}
+    await subagents.background.recover()  # the last server's still running: interrupted
     services.processes.register_kind("agent", subagents.background)
     tools.processes.service = services.processes  # the process tools' service
     reflector.services = services

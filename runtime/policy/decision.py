@@ -29,6 +29,8 @@ class Subject(BaseModel):
     agent_depth: int = Field(0, ge=0, description="0: a caller or a top-level agent; a "
                              "sub-agent (spawn_agent) is one deeper than its parent")
     parent_turn: str | None = Field(None, description="a sub-agent's parent turn (audited)")
+    agent_id: str | None = Field(None, description="a sub-agent's own id: its todo and "
+                                 "scratchpad are its own (`runtime.tools.notes_store`)")
     node: str = Field("local", description="the cluster node the session lives on (audited)")
     plan_mode: bool = Field(False, description="the agent plans: only calls that change "
                             "nothing may run (`runtime.policy.plan_mode`)")

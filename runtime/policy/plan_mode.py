@@ -5,12 +5,15 @@ turn in it) and leaves it only when a person approves its plan (`exit_plan_mode`
 the approvals API). Meanwhile the policy engine denies, with rule `plan_mode`, every call
 that `changes_nothing` does not accept: reads, listings, searches, manuals, the todo list,
 memory search, questions to the user and web reads (which the policy must still allow on
-their own). The state is per session, in memory: a restart ends the turns that planned.
+their own). The state is per session and kept in a `PlanStore` (the agent's notes file), so
+a restart ends the turns that planned but leaves their sessions in plan mode; without a
+store (`navi exec`) it is in memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from runtime.policy.decision import Action
 
@@ -46,6 +49,15 @@ def changes_nothing(action: Action) -> bool:
     return False
 
 
+class PlanStore(Protocol):
+    """Where plan-mode state lives (`runtime.tools.notes_store.NotesStore`)."""
+
+    async def plan_state(self, tenant_id: str, session: str) -> tuple[bool, str | None]: ...
+
+    async def set_plan_state(self, tenant_id: str, session: str, active: bool,
+                             plan: str | None) -> None: ...
+
+
 @dataclass
 class PlanState:
     active: bool = False
@@ -56,19 +68,27 @@ class PlanState:
 class PlanModes:
     """Which sessions plan now (one per app, shared by the tools and the agent loop)."""
 
-    sessions: dict[str, PlanState] = field(default_factory=dict)
+    store: PlanStore | None = None
+    sessions: dict[tuple[str, str], PlanState] = field(default_factory=dict)
+    """Without a store: the state in memory."""
 
-    def active(self, session: str) -> bool:
-        state = self.sessions.get(session)
-        return state is not None and state.active
+    async def state(self, tenant: str, session: str) -> PlanState:
+        if self.store is not None:
+            return PlanState(*await self.store.plan_state(tenant, session))
+        return self.sessions.get((tenant, session)) or PlanState()
 
-    def enter(self, session: str) -> None:
-        self.sessions.setdefault(session, PlanState()).active = True
+    async def _set(self, tenant: str, session: str, state: PlanState) -> None:
+        if self.store is not None:
+            await self.store.set_plan_state(tenant, session, state.active, state.plan)
+        else:
+            self.sessions[(tenant, session)] = state
 
-    def approved(self, session: str, plan: str) -> None:
-        state = self.sessions.setdefault(session, PlanState())
-        state.active = False
-        state.plan = plan
+    async def active(self, tenant: str, session: str) -> bool:
+        return (await self.state(tenant, session)).active
 
-    def drop(self, session: str) -> None:
-        self.sessions.pop(session, None)
+    async def enter(self, tenant: str, session: str) -> None:
+        state = await self.state(tenant, session)
+        await self._set(tenant, session, PlanState(True, state.plan))
+
+    async def approved(self, tenant: str, session: str, plan: str) -> None:
+        await self._set(tenant, session, PlanState(False, plan))

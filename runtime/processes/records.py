@@ -87,18 +87,21 @@ class ProcessStore:
             row = await cur.fetchone()
         return _record(row) if row else None
 
-    async def for_session(self, tenant_id: str, session_id: str) -> list[ProcessRecord]:
-        """The session's processes, oldest first."""
+    async def for_session(self, tenant_id: str, session_id: str, kind: str = "command"
+                          ) -> list[ProcessRecord]:
+        """The session's processes of ``kind`` (sub-agents keep theirs here too), oldest
+        first."""
         async with self.db.execute(
                 f"SELECT {_COLUMNS} FROM processes WHERE tenant_id = ? AND session_id = ? "
-                "ORDER BY started_at, id", (tenant_id, session_id)) as cur:
+                "AND kind = ? ORDER BY started_at, id", (tenant_id, session_id, kind)) as cur:
             return [_record(row) for row in await cur.fetchall()]
 
-    async def running(self) -> list[tuple[ProcessRecord, bool]]:
-        """Every row still running (after a restart: to adopt or close), with its egress."""
+    async def running(self, kind: str = "command") -> list[tuple[ProcessRecord, bool]]:
+        """Every row of ``kind`` still running (after a restart: to adopt or close), with
+        its egress."""
         async with self.db.execute(
-                f"SELECT {_COLUMNS} FROM processes WHERE state = 'running' "
-                "ORDER BY started_at") as cur:
+                f"SELECT {_COLUMNS} FROM processes WHERE state = 'running' AND kind = ? "
+                "ORDER BY started_at", (kind,)) as cur:
             rows = await cur.fetchall()
         return [(_record(row), bool(row["egress"])) for row in rows]
 

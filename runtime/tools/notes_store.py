@@ -2,8 +2,11 @@
 note and named ones).
 
 Kept in `<data_dir>/notes.sqlite3` so a plan survives a supervisor restart. Every row is
-keyed by (tenant, session); nothing here can reach another session's notes. The API calls
-`drop_session` when a session is deleted.
+keyed by (tenant, session); nothing here can reach another session's notes. A sub-agent's
+notes are its own: keyed by `owner_key(session, agent_id)` (`<session>/<agent id>`), which
+only that sub-agent's calls use; they go when it ends (`drop_agent`). The session's plan-mode
+state is here too (`plan_state`, `set_plan_state`), so a restart does not leave plan mode.
+The API calls `drop_session` when a session is deleted: it drops its sub-agents' notes too.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ CREATE TABLE IF NOT EXISTS scratchpads (
     updated_at REAL NOT NULL,
     PRIMARY KEY (tenant, session)
 );
+CREATE TABLE IF NOT EXISTS plan_modes (
+    tenant TEXT NOT NULL,
+    session TEXT NOT NULL,
+    active INTEGER NOT NULL,
+    plan TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (tenant, session)
+);
 CREATE TABLE IF NOT EXISTS notes (
     tenant TEXT NOT NULL,
     session TEXT NOT NULL,
@@ -48,6 +59,14 @@ CREATE TABLE IF NOT EXISTS notes (
     PRIMARY KEY (tenant, session, name)
 );
 """
+
+
+_TABLES = ("notes", "todos", "scratchpads")
+
+
+def owner_key(session: str, agent_id: str | None) -> str:
+    """Whose notes: the session's, or one sub-agent's of it (never another session's)."""
+    return session if agent_id is None else f"{session}/{agent_id}"
 
 
 class NotesStore(SqliteFile):
@@ -216,13 +235,42 @@ class NotesStore(SqliteFile):
             rows = await cur.fetchall()
         return [(str(r[0]), int(r[1])) for r in rows]
 
+    async def drop_agent(self, tenant_id: str, session: str, agent_id: str) -> None:
+        """A sub-agent ended: its own todo and notes go."""
+        db = await self._conn()
+        for table in _TABLES:
+            await db.execute(f"DELETE FROM {table} WHERE tenant = ? AND session = ?",
+                             (tenant_id, owner_key(session, agent_id)))
+        await db.commit()
+
     async def drop_session(self, tenant_id: str, session: str) -> None:
         db = await self._conn()
-        await db.execute("DELETE FROM notes WHERE tenant = ? AND session = ?", (tenant_id, session))
-        await db.execute("DELETE FROM todos WHERE tenant = ? AND session = ?", (tenant_id, session))
+        for table in (*_TABLES, "plan_modes"):  # the session's and its sub-agents' rows
+            await db.execute(
+                f"DELETE FROM {table} WHERE tenant = ? AND (session = ? OR "
+                "substr(session, 1, ?) = ?)", (tenant_id, session, len(session) + 1,
+                                               session + "/"))
+        await db.commit()
+
+    # ---- plan mode (`runtime.policy.plan_mode.PlanStore`) ----------------------------------
+
+    async def plan_state(self, tenant_id: str, session: str) -> tuple[bool, str | None]:
+        db = await self._conn()
+        async with db.execute(
+            "SELECT active, plan FROM plan_modes WHERE tenant = ? AND session = ?",
+            (tenant_id, session),
+        ) as cur:
+            row = await cur.fetchone()
+        return (bool(row[0]), row[1]) if row else (False, None)
+
+    async def set_plan_state(self, tenant_id: str, session: str, active: bool,
+                             plan: str | None) -> None:
+        db = await self._conn()
         await db.execute(
-            "DELETE FROM scratchpads WHERE tenant = ? AND session = ?", (tenant_id, session)
-        )
+            "INSERT INTO plan_modes (tenant, session, active, plan, updated_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session) DO UPDATE SET "
+            "active = excluded.active, plan = excluded.plan, updated_at = excluded.updated_at",
+            (tenant_id, session, int(active), plan, time.time()))
         await db.commit()
 
 

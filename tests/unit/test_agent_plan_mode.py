@@ -46,7 +46,7 @@ async def test_plan_mode_denies_changes_until_the_plan_is_approved(
         events = await h.turn("plan, then write", on_event=answer)
         audit = await h.audit()
         todos = await h.services.tools.notes.todos(h.subject.tenant, h.subject.session)
-        still = h.services.plan_modes.active(h.subject.session)
+        still = await h.services.plan_modes.active(h.subject.tenant, h.subject.session)
     got = results(events)
     assert got[0][:2] == ("enter_plan_mode", True)
     assert got[1] == ("filesystem", False, "plan_mode")  # the write: denied
@@ -73,7 +73,7 @@ async def test_plan_mode_is_for_agent_turns_only(tmp_path: Path, ollama: FakeOll
         from runtime.errors import InvalidInput
         with pytest.raises(InvalidInput):
             await h.services.calls(h.subject, CallRequest(tool="enter_plan_mode", args={}))
-        assert not h.services.plan_modes.active(h.subject.session)
+        assert not await h.services.plan_modes.active(h.subject.tenant, h.subject.session)
 
 
 def mandatory_policy(tmp: Path) -> Path:

@@ -2,7 +2,8 @@
 
 Every change (a todo add/update/remove/clear/set, a scratchpad write/append/clear) is audited
 as `note.write` before it is made (object `todo`, `scratchpad` or `note:<name>`, detail the
-action): no audit, no change. Reads and lists are not recorded."""
+action): no audit, no change. Reads and lists are not recorded. A sub-agent's calls read and
+change its own todo and notes, not the session's (`owner_key`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from runtime.tools.notes_store import (
     NOTE_NAME_PATTERN,
     NotesStore,
     TodoStatus,
+    owner_key,
 )
 
 _MARK = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]", "failed": "[!]", "skipped": "[-]"}
@@ -75,7 +77,7 @@ class TodoTool(BuiltinTool[TodoParams]):
         self.notes = notes
 
     async def execute(self, params: TodoParams, ctx: ToolContext) -> ToolResult:
-        t, s = ctx.tenant, ctx.session
+        t, s = ctx.tenant, owner_key(ctx.session, ctx.subject.agent_id)
         if params.action != "list":
             await record_change(ctx, "note.write", "todo", detail=params.action)
         if params.action == "add":
@@ -135,7 +137,7 @@ class ScratchpadTool(BuiltinTool[ScratchpadParams]):
         self.notes = notes
 
     async def execute(self, params: ScratchpadParams, ctx: ToolContext) -> ToolResult:
-        t, s = ctx.tenant, ctx.session
+        t, s = ctx.tenant, owner_key(ctx.session, ctx.subject.agent_id)
         if params.action == "list":
             named = await self.notes.notes(t, s)
             default = len(await self.notes.scratchpad(t, s))

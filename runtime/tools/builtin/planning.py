@@ -4,7 +4,8 @@ In plan mode only calls that change nothing run (`runtime.policy.plan_mode`; eve
 is denied by the policy engine with rule `plan_mode`, audited like any denial). The plan (in
 Markdown) goes to the session's humans through the approvals API (`approval_required`, then
 `POST /v1/approvals/{id}`); approved, the agent leaves plan mode (audited `plan.exit`) and
-the plan's steps become the session's todo list; refused or unanswered, it stays in plan mode.
+the plan's steps become the todo list (a sub-agent's own); refused or unanswered, it stays in
+plan mode (kept in the notes file: a restart does not end it).
 Only an agent turn plans: called from `/exec` or MCP these tools answer 400.
 """
 
@@ -26,7 +27,7 @@ from runtime.tools.base import (
     ToolResult,
     record_change,
 )
-from runtime.tools.notes_store import NotesStore
+from runtime.tools.notes_store import NotesStore, owner_key
 
 MAX_PLAN_CHARS = 16_000
 MAX_STEPS = 50
@@ -58,10 +59,10 @@ class EnterPlanModeTool(BuiltinTool[NoParams]):
 
     async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         _in_turn(ctx, self.name)
-        if self.modes.active(ctx.session):
+        if await self.modes.active(ctx.tenant, ctx.session):
             return ToolResult.ok("already in plan mode", plan_mode=True)
         await record_change(ctx, "plan.enter", ctx.session)
-        self.modes.enter(ctx.session)
+        await self.modes.enter(ctx.tenant, ctx.session)
         return ToolResult.ok(
             "plan mode on: explore with reads and searches, then call exit_plan_mode with "
             "your plan (numbered steps, Markdown); it runs once the user approves it",
@@ -88,7 +89,7 @@ class ExitPlanModeTool(BuiltinTool[ExitPlanModeParams]):
 
     async def execute(self, params: ExitPlanModeParams, ctx: ToolContext) -> ToolResult:
         _in_turn(ctx, self.name)
-        if not self.modes.active(ctx.session):
+        if not await self.modes.active(ctx.tenant, ctx.session):
             return ToolResult.fail("not in plan mode (call enter_plan_mode first)")
         if ctx.approver is None:
             return ToolResult.fail("nobody can approve a plan here; still in plan mode",
@@ -104,10 +105,10 @@ class ExitPlanModeTool(BuiltinTool[ExitPlanModeParams]):
         steps = plan_steps(params.plan)
         await record_change(ctx, "plan.exit", ctx.session, detail=(
             f"sha256:{sha256_hex(params.plan.encode())} steps:{len(steps)}"))
-        self.modes.approved(ctx.session, params.plan)
+        await self.modes.approved(ctx.tenant, ctx.session, params.plan)
         if steps and self.notes is not None:
-            await self.notes.set_todos(ctx.tenant, ctx.session,
-                                       [(step, "pending") for step in steps])
+            owner = owner_key(ctx.session, ctx.subject.agent_id)
+            await self.notes.set_todos(ctx.tenant, owner, [(step, "pending") for step in steps])
         listed = "\n".join(f"{n}. {s}" for n, s in enumerate(steps, start=1))
         return ToolResult.ok(
             "plan approved: plan mode is off. Work through the steps, marking each in the "
@@ -117,6 +118,9 @@ class ExitPlanModeTool(BuiltinTool[ExitPlanModeParams]):
 
 def plan_tools(modes: PlanModes | None, notes: NotesStore) -> list[BuiltinTool[NoParams]
                                                                 | BuiltinTool[ExitPlanModeParams]]:
-    """Both tools over one plan state (none given: a state of their own, as in `navi exec`)."""
+    """Both tools over one plan state (none given: a state of their own, as in `navi exec`),
+    kept in the notes file (a restart does not leave plan mode)."""
     modes = modes if modes is not None else PlanModes()
+    if modes.store is None:
+        modes.store = notes
     return [EnterPlanModeTool(modes), ExitPlanModeTool(modes, notes)]
