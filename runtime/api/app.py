@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp
 
 from runtime import __version__, tracing
 from runtime.agent import AgentService
@@ -154,8 +156,6 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
-    from runtime.e2b import Sandboxes  # here: runtime.e2b imports the API's deps
-    services.background.append(asyncio.create_task(Sandboxes(services).reap_forever()))
     _release_idle_sessions(services)
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
         kernels.token_ended = services.token_ended  # and ended with their token
@@ -227,8 +227,25 @@ async def _start_sandbox(services: Services) -> None:
         log.warning("sandbox_unavailable", code=exc.code, message=exc.message)
 
 
-def create_app(settings: Settings | None = None, *, backend: SandboxBackend | None = None
-               ) -> FastAPI:
+class Front(Protocol):
+    """Another door into the same services, mounted beside the API at ``path`` (the E2B
+    bridge: `runtime.server`). It stands above the API and imports it, never the reverse."""
+
+    path: str
+
+    def app(self, services: Callable[[], Services]) -> ASGIApp:
+        """The ASGI app served under ``path``."""
+        ...
+
+    def start(self, services: Services) -> asyncio.Task[Any] | None:
+        """Its background work, started once the services are (cancelled at close)."""
+        ...
+
+
+def create_app(settings: Settings | None = None, *, backend: SandboxBackend | None = None,
+               fronts: Sequence[Front] = ()) -> FastAPI:
+    """The control API; ``fronts`` are mounted beside it (`runtime.server.create_app` adds
+    the E2B bridge: what ``navi serve`` runs)."""
     settings = settings or Settings()
 
     mcp = McpEndpoint(lambda: app.state.services)
@@ -242,6 +259,10 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
             tracing.shutdown()
             raise
         app.state.services = services
+        for front in fronts:
+            task = front.start(services)
+            if task is not None:
+                services.background.append(task)
         log.info("ready", policy=str(settings.policy), data_dir=str(settings.data_dir))
         try:
             async with mcp.running():
@@ -269,8 +290,8 @@ def create_app(settings: Settings | None = None, *, backend: SandboxBackend | No
                    question_routes.router, kernel_routes.router):
         app.include_router(router)
     app.router.routes.append(Route("/mcp", endpoint=mcp, include_in_schema=False))
-    from runtime.e2b import E2BServer  # here: runtime.e2b imports the API's deps
-    app.router.routes.append(Mount("/e2b", app=E2BServer(lambda: app.state.services)))
+    for front in fronts:
+        app.router.routes.append(Mount(front.path, app=front.app(lambda: app.state.services)))
     app.include_router(port_routes.router)
     app.include_router(web_routes.router)
     return app

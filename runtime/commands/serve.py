@@ -53,7 +53,7 @@ def serve(
         help="server policy file (default: NAVI_POLICY or policies/default.yaml)")] = None,
 ) -> None:
     """Serve the control API and the web client."""
-    from runtime.api import create_app
+    from runtime.server import create_app
 
     given = {"host": host, "port": port, "data_dir": data_dir, "policy": policy}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}

@@ -122,3 +122,12 @@ def test_the_ports_package_has_no_import_circle() -> None:
     """The preview origin takes what it needs of the ports service as a protocol
     (`PreviewSource`); the service builds the origin (was origin <-> service)."""
     assert circles(graph("runtime.ports")) == []
+
+
+def test_the_api_does_not_import_the_fronts_above_it() -> None:
+    """The E2B bridge imports the API (its auth, errors, responses), so the API must not
+    import it back: `runtime.server` mounts both (was api/app.py -> runtime.e2b)."""
+    up = {f"{module}: {m}" for module, found in graph("runtime").items()
+          if module.startswith("runtime.api") for m in found
+          if m.startswith(("runtime.e2b", "runtime.server", "runtime.commands"))}
+    assert sorted(up) == []
