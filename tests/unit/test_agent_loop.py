@@ -48,7 +48,7 @@ async def test_turn_calls_a_tool_and_answers(tmp_path: Path, ollama: FakeOllama)
     assert thinking == "I will compute it."
     # the sandbox ran exactly the model's program, under the session, audited
     (request,) = sandbox.requests
-    assert request.argv[-1] == "print(6 * 7)" and request.exec_id == call["exec_id"]
+    assert request.stdin.endswith(b"print(6 * 7)") and request.exec_id == call["exec_id"]
     kinds = [(r["kind"], r["exec_id"]) for r in audit]
     assert ("intent", call["exec_id"]) in kinds and ("outcome", call["exec_id"]) in kinds
     # the model saw the tools, then the result of its call

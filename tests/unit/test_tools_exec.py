@@ -14,6 +14,7 @@ from runtime.errors import NotFound, PolicyDenied
 from runtime.policy import Action, Decision, PolicyEngine, Subject
 from runtime.sandbox.fake import FakeResponse
 from runtime.sandbox.models import ExecRequest, OutputChunk
+from runtime.sandbox.stdin_program import BASH, PYTHON_ARGV, SHELL_STUB
 from runtime.tools.user.tool import RUNNER_ARGV, TOOL_MOUNT
 from tests.fakes.calls import call
 from tests.fakes.tool_rigs import FakeRig, open_fake_rig
@@ -46,9 +47,10 @@ async def test_code_exec_python_and_bash(rig: Rig) -> None:
     ok = await call(reg, "code_exec", {"language": "python", "code": "print(1+1)"}, rig.ctx())
     bad = await call(reg, "code_exec", {"language": "bash", "code": "exit 3"}, rig.ctx())
     py_req, sh_req = rig.backend.requests
-    assert py_req.image == "navi/python:latest" and py_req.argv == ["python3", "-I", "-c",
-                                                                    "print(1+1)"]
-    assert sh_req.argv[0] == "bash" and sh_req.argv[-1] == "exit 3"
+    # the code goes over stdin after a constant stub, never on the command line
+    assert py_req.image == "navi/python:latest" and py_req.argv == list(PYTHON_ARGV)
+    assert py_req.stdin == b"\x00\x00\x00\x0aprint(1+1)"
+    assert sh_req.argv == [*BASH, SHELL_STUB, "bash"] and sh_req.stdin == b"exit 3\x00"
     assert py_req.workspace == rig.workspace and py_req.session == "s1"
     assert ok.success and ok.output == "2\n" and ok.metadata["exit_code"] == 0
     assert ok.metadata["rule"] == "profiles.developer.allow[group:exec]"
@@ -70,7 +72,8 @@ async def test_terminal_streams_output_and_timeout_maps(rig: Rig) -> None:
                                                                exec_id="ex_given"))
     assert [(c.stream, c.data) for c in chunks] == [("stdout", b"a\n"), ("stderr", b"b\n")]
     assert r.metadata["exec_id"] == "ex_given"
-    assert rig.backend.requests[0].argv == ["bash", "--noprofile", "--norc", "-c", "ls"]
+    assert rig.backend.requests[0].argv == [*BASH, SHELL_STUB, "bash"]
+    assert rig.backend.requests[0].stdin == b"ls\x00"
     t = await call(reg, "terminal", {"command": "sleep 99"}, rig.ctx(timeout_s=5))
     assert not t.success and t.error == "timed out after 5 s" and t.metadata["timed_out"]
     assert rig.backend.requests[1].limits.timeout_s == 5

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 
 from runtime.errors import InvalidInput, NaviError
 from runtime.processes.models import StartSpec
+from runtime.sandbox.stdin_program import python_program, shell_program
 from runtime.tools.base import BuiltinTool, ToolContext, ToolParams, ToolResult
 from runtime.tools.builtin.processes import ProcessAccess, start_process
 from runtime.tools.sandboxed import (
@@ -24,11 +25,11 @@ from runtime.tools.sandboxed import (
     with_run,
 )
 
-# One argv string may not exceed the kernel's MAX_ARG_STRLEN (128 KiB).
+# The code goes to the container over stdin (``stdin_program``: never on a command line,
+# where the engine's config and /proc/<pid>/cmdline show it); the caps are the contract's.
 MAX_CODE_BYTES = 120 * 1024
 MAX_COMMAND_BYTES = 64 * 1024
 WORKDIR = "/workspace"
-CD_THEN_RUN = 'cd -- "$0" || exit 125; exec bash --noprofile --norc -c "$1"'
 
 
 def _fits(value: str, limit: int, what: str) -> str:
@@ -107,8 +108,10 @@ class CodeExecTool(BuiltinTool[CodeExecParams]):
     @staticmethod
     def call_for(params: CodeExecParams) -> Invocation:
         if params.language == "python":
-            return Invocation(argv=["python3", "-I", "-c", params.code])
-        return Invocation(argv=["bash", "--noprofile", "--norc", "-c", params.code])
+            argv, frame = python_program(params.code)
+        else:
+            argv, frame = shell_program(params.code)
+        return Invocation(argv=argv, stdin=frame)
 
     async def execute(self, params: CodeExecParams, ctx: ToolContext) -> ToolResult:
         action = self.action(params.model_dump(), ctx)
@@ -131,13 +134,11 @@ class TerminalTool(BuiltinTool[TerminalParams]):
 
     @staticmethod
     def call_for(params: TerminalParams, workdir: str = WORKDIR) -> Invocation:
-        shell = ["bash", "--noprofile", "--norc", "-c"]
-        root = params.user == "root"
-        if workdir == WORKDIR:
-            return Invocation(argv=[*shell, params.command], root=root)
         # the workspace stays mounted at /workspace; the command runs, as `bash -c` would
-        # run it, from the directory below it (arguments, never text pasted into a script)
-        return Invocation(argv=[*shell, CD_THEN_RUN, workdir, params.command], root=root)
+        # run it, from the directory below it (an argument, never text pasted into a script)
+        argv, frame = shell_program(params.command,
+                                    None if workdir == WORKDIR else workdir)
+        return Invocation(argv=argv, stdin=frame, root=params.user == "root")
 
     async def execute(self, params: TerminalParams, ctx: ToolContext) -> ToolResult:
         workdir = await _workdir(ctx, params.cwd)
