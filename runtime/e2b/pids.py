@@ -4,9 +4,9 @@ The SDK names a command by the pid `Start` gave it (or by its tag); a row of `e2
 (migration 10) holds the pid, the process id, the tag and the command's config as the SDK
 sent it (for `commands.list()`), so `Sandbox.connect(...)` after a server restart still
 lists, connects to, feeds and kills the commands the restarted server adopted. Pids count
-up from 1001 per sandbox; rows go with the sandbox (`ON DELETE CASCADE`), and the rows of
+up from 1001 per sandbox; rows go with the sandbox (`ON DELETE CASCADE`), the rows of
 ended commands are dropped when the sandbox's commands are listed (envd forgets an exited
-process too).
+process too), and at most `KEEP_PIDS` are kept per sandbox.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from runtime.store import Store
 
 FIRST_PID = 1001
 MAX_TAG = 256
+KEEP_PIDS = 10_000
+"""A sandbox keeps the rows of its newest 10,000 commands (older pids are not found)."""
 
 
 @dataclass
@@ -61,7 +63,11 @@ class PidTable:
                  started.config.to_json(), session)) as cur:
             row = await cur.fetchone()
         assert row is not None
-        return int(row[0])
+        pid = int(row[0])
+        if pid % 1000 == 0:  # now and then: the oldest rows past the bound go
+            await self._db.execute("DELETE FROM e2b_pids WHERE session_id = ? AND pid <= ?",
+                                   (session, pid - KEEP_PIDS))
+        return pid
 
     async def find(self, session: str, selector: pb.ProcessSelector | None
                    ) -> tuple[int, Started]:

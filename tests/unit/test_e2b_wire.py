@@ -137,6 +137,20 @@ async def test_pids_are_per_sandbox_and_kept_in_the_store(tmp_path: Path) -> Non
     await again.close()
 
 
+async def test_a_sandbox_keeps_its_newest_pids(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.e2b import pids
+
+    monkeypatch.setattr(pids, "KEEP_PIDS", 500)
+    store, (s1,) = await _sandboxes(tmp_path / "navi.sqlite3", 1)
+    table = PidTable(store)
+    for n in range(1001, 2001):
+        await table.add(s1, Started(f"p_{n}", pb.ProcessConfig(), None))
+    kept = await table.of_sandbox(s1)
+    assert min(kept) == 1501 and max(kept) == 2000
+    await store.close()
+
+
 async def test_contexts_are_kept_in_the_store(tmp_path: Path) -> None:
     store, (s1, s2) = await _sandboxes(tmp_path / "navi.sqlite3", 2)
     await SandboxStore(store).add_context(s1, "abc", "ctx-abc")
