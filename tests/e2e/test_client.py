@@ -60,13 +60,15 @@ def navi(server: Server, account: tuple[str, str]) -> Iterator[NaviClient]:
 
 
 def test_the_client_imports_nothing_of_the_server() -> None:
-    code = ("import sys, runtime.client; print(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in {'fastapi', 'starlette', 'docker', 'aiosqlite', 'structlog', "
-            "'yaml', 'mcp'} or (m.startswith('runtime.') and not m.startswith("
-            "('runtime.client', 'runtime.wire')))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == "[]"
+    """`navi_client` loads no `runtime` module; `runtime.client`, only the package itself."""
+    server_deps = "{'fastapi', 'starlette', 'docker', 'aiosqlite', 'structlog', 'yaml', 'mcp'}"
+    for module, allowed in (("navi_client", "()"), ("runtime.client", "('runtime',)")):
+        code = (f"import sys, {module}; print(sorted(m for m in sys.modules "
+                f"if m.split('.')[0] in {server_deps} or (m.split('.')[0] == 'runtime' "
+                f"and m not in {allowed} + ('runtime.client',))))")
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+        assert out.strip() == "[]", module
 
 
 def test_tenants_and_tokens(server: Server) -> None:
