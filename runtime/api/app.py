@@ -63,6 +63,7 @@ from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.plan_mode import PlanModes
+from runtime.ports.preview_rows import PreviewRows
 from runtime.ports.service import PortsService, token_checker
 from runtime.processes.outlog import tenant_log_bytes
 from runtime.questions import QuestionBroker
@@ -192,7 +193,7 @@ async def _start_ports(services: Services) -> None:
     """Session ports (the relay broker, the proxy) and the preview origin's listener."""
     settings = services.settings
     ports = PortsService(settings.data_dir / "ports", token_alive=token_checker(
-        services.store.get_token))
+        services.store.get_token), rows=PreviewRows(services.store))
     try:
         await ports.start(host=settings.host, api_port=settings.port,
                           preview_port=settings.preview_port, preview_url=settings.preview_url)
@@ -202,6 +203,8 @@ async def _start_ports(services: Services) -> None:
         raise
     services.ports = ports
     services.executor.recorder.for_call = ports.hub.for_call
+    if services.kernels is not None:  # a kernel's relay follows the session's ports
+        services.kernels.backend.ports = ports.hub.for_kernel
     processes = services.processes  # a process's ports: its relay, and gone with it
     processes.launch_hooks.append(ports.launch_hook)
     processes.on_end.append(ports.end_hook)
@@ -219,6 +222,7 @@ async def _start_sandbox(services: Services) -> None:
         if services.ports is not None:  # their relays reconnect to the same sockets
             for live in list(services.processes.live.values()):
                 await services.ports.adopt_hook(live.record, live.record.session_id)
+            await services.ports.load_links()  # previews of the adopted processes again
         removed = await reaper.reconcile_startup(keep=kept)
         if removed:
             log.info("startup_reconcile", removed=len(removed))

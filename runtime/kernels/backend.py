@@ -84,6 +84,9 @@ class KernelBackend:
         self.runs: dict[str, KernelRun] = {}
         self._stops: dict[str, asyncio.Event] = {}  # exec_id -> interrupt now
         self._starting: dict[Key, asyncio.Lock] = {}
+        # the session's ports in a kernel's container (`PortsHub.for_kernel`: an argv prefix
+        # ending ``--`` and mounts added to the request), set by the app when ports run
+        self.ports: Callable[[str, ExecRequest], Awaitable[ExecRequest]] | None = None
 
     # -- SandboxBackend --------------------------------------------------------------------
 
@@ -215,7 +218,10 @@ class KernelBackend:
             directory = await asyncio.to_thread(state.state_dir, session_dir, key[1], uid)
             release = await self.lease(request.tenant, request.session)
             try:
-                container = await KernelContainer.launch(self.docker, request, directory)
+                launching = request.model_copy(update={"argv": []})  # the runner's prefix
+                if self.ports is not None:
+                    launching = await self.ports(request.session, launching)
+                container = await KernelContainer.launch(self.docker, launching, directory)
             except BaseException:
                 release()
                 raise

@@ -2,7 +2,8 @@
 
 The container is the call's ``ContainerSpec`` (same image, limits, runtime tier, tenant uid,
 seccomp profile, no network, the session's ``/workspace`` and ``/tmp``) with two changes:
-its argv is the kernel runner (``runtime/kernels/runner.py``, passed inline) and the
+its argv is the kernel runner (``runtime/kernels/runner.py``, passed inline; behind the
+ports relay, which follows the session's running ports: ``PortsHub.for_kernel``) and the
 kernel's own state directory (on the session's disk, mounted nowhere else) is bound
 read-write at ``/run/navi/kernel``. It lives until the kernel is saved, reset or killed, so its
 lease label is set far ahead (the service stops it; a restart's sweep removes what is left).
@@ -64,8 +65,10 @@ class KernelContainer:
     async def launch(cls, backend: DockerBackend, request: ExecRequest, state_dir: Path
                      ) -> KernelContainer:
         """Create, attach, start, and wait for the runner's ``ready`` (``SandboxError`` if
-        it does not come: the container is removed)."""
-        request = request.model_copy(update={"argv": list(runner_argv()), "stdin": b""})
+        it does not come: the container is removed). ``request.argv`` is what goes before
+        the runner (the ports relay's prefix, or nothing)."""
+        request = request.model_copy(update={"argv": [*request.argv, *runner_argv()],
+                                             "stdin": b""})
         spec = await backend.long_lived_spec(request, lease_s=LEASE_S)
         spec = spec.model_copy(update={"mounts": (*spec.mounts, BindMount(
             source=str(state_dir), target=STATE_TARGET, read_only=False))})

@@ -7,7 +7,8 @@ container). The relay in a process container keeps a control connection on its
 ``serve.sock``; to reach one of its ports the broker sends ``OPEN <id> <port>`` and the relay
 answers with a new connection ``DATA <id> ok|refused`` carrying the bytes of a fresh TCP
 connection to 127.0.0.1:<port> inside that container. ``connect.sock`` takes ``CONNECT
-<port>`` from the session's other containers and bridges them the same way.
+<port>`` from the session's other containers and bridges them the same way, and ``WATCH``
+from a kernel's relay: ``PORTS <p>,<p>`` lines, now and whenever the running ports change.
 
 Nothing here is reachable from another session: each session's sockets are in its own
 directory, mounted only into its own containers; a process's serve socket only into its own.
@@ -40,6 +41,7 @@ RELAY_WAIT_S = 3.0  # a process that just started: its relay has not connected y
 MAX_LINE = 128
 MAX_CONNECTIONS = 512
 """Connections one session's sockets hold at once (the supervisor's file descriptors)."""
+MAX_WATCHERS = 16  # kernels following the ports (a session runs a few at most)
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -137,6 +139,7 @@ class SessionBroker:
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._conns: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()
+        self._watchers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
         self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -161,6 +164,7 @@ class SessionBroker:
         served.server = await bind_unix(directory / SERVE_SOCK,
                                         lambda r, w: self._serve(served, r, w), self._conns)
         self._served[process_id] = served
+        self._announce()
         return directory
 
     async def remove_process(self, process_id: str, *, forget: bool = False) -> None:
@@ -168,6 +172,7 @@ class SessionBroker:
         served = self._served.pop(process_id, None)
         if served is None:
             return
+        self._announce()
         if served.server is not None:
             served.server.close()
         if served.control is not None:
@@ -244,6 +249,9 @@ class SessionBroker:
             self._tasks.add(task)
         try:
             line = (await reader.readline()).split()
+            if line == [b"WATCH"]:
+                await self._watch(reader, writer)
+                return
             if len(line) != 2 or line[0] != b"CONNECT" or not line[1].isdigit():
                 writer.close()
                 return
@@ -260,6 +268,31 @@ class SessionBroker:
         finally:
             if task is not None:
                 self._tasks.discard(task)
+
+    def _ports_line(self) -> bytes:
+        return b"PORTS %s\n" % ",".join(map(str, sorted(self.ports()))).encode()
+
+    def _announce(self) -> None:
+        line = self._ports_line()
+        for writer in list(self._watchers):
+            if writer.is_closing():
+                self._watchers.discard(writer)
+            else:
+                writer.write(line)
+
+    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A kernel's relay follows the running ports (nothing more is read from it)."""
+        if len(self._watchers) >= MAX_WATCHERS:
+            writer.close()
+            return
+        self._watchers.add(writer)
+        try:
+            writer.write(self._ports_line())
+            while await reader.read(MAX_LINE):  # anything it says is ignored
+                pass
+        finally:
+            self._watchers.discard(writer)
+            writer.close()
 
     async def close(self, *, forget: bool = False) -> None:
         """Stop listening; ``forget``: remove the session's directories as well."""

@@ -1,10 +1,12 @@
 """`PortsHub`: every session's ports broker, and how containers are given the relay.
 
 The process launcher calls ``for_process`` before creating a container for a process that
-declared ports (and ``process_ended`` once it is gone); calls, processes and kernels of a
-session with ported processes running go through ``for_call``, which gives them a listener
-on 127.0.0.1:<port> for each. Both only add read-only mounts and put ``navi-ports`` in front
-of argv: the container keeps ``--network none`` and nothing is published on the host.
+declared ports (and ``process_ended`` once it is gone); calls and processes of a session
+with ported processes running go through ``for_call``, which gives them a listener on
+127.0.0.1:<port> for each; a kernel's container goes through ``for_kernel``, whose relay
+follows the running ports as they come and go. All only add read-only mounts and put
+``navi-ports`` in front of argv: the container keeps ``--network none`` and nothing is
+published on the host.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import re
 import shutil
 from pathlib import Path
+from typing import TypeVar
 
 from runtime.errors import InvalidInput, NotFound
 from runtime.logging import get_logger
@@ -24,6 +27,7 @@ log = get_logger(__name__)
 PORTS_TARGET = "/run/navi/ports"
 SERVE_TARGET = "/run/navi/serve"
 PORT_MIN, PORT_MAX = 1024, 65535
+R = TypeVar("R", bound=Invocation)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -125,6 +129,20 @@ class PortsHub:
         argv = ["python3", "-IS", f"{PORTS_TARGET}/{RELAY_NAME}",
                 "--listen", ",".join(map(str, ports)), "--", *invocation.argv]
         return invocation.model_copy(update={"argv": argv, "mounts": mounts})
+
+    async def for_kernel(self, session: str, request: R) -> R:
+        """A kernel's container (it outlives the session's processes): the relay follows
+        the session's running ports, listening on 127.0.0.1:<port> for each as they come
+        and go (``--follow``), those running now bound before the kernel starts."""
+        if any(m.target == PORTS_TARGET for m in request.mounts):
+            return request
+        broker = await self._broker(session)
+        argv = ["python3", "-IS", f"{PORTS_TARGET}/{RELAY_NAME}", "--follow"]
+        if ports := sorted(broker.ports()):
+            argv += ["--listen", ",".join(map(str, ports))]
+        mounts = [*request.mounts, Mount(source=broker.directory, target=PORTS_TARGET)]
+        return request.model_copy(update={"argv": [*argv, "--", *request.argv],
+                                          "mounts": mounts})
 
     # -- the proxy's side ---------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3 -IS
-"""navi-ports [--serve SOCK] [--listen PORTS] -- ARGV: the in-container side of session ports.
+"""navi-ports [--serve SOCK] [--listen PORTS] [--follow] -- ARGV: the in-container side of ports.
 
 Standalone (stdlib only): the supervisor copies this file into a session's ports directory
 and bind-mounts it read-only into the session's containers; it is never imported there.
@@ -15,6 +15,10 @@ path goes OUT through a unix socket the supervisor listens on:
   127.0.0.1:<port>; each connection it accepts is passed to the session's broker socket
   (``connect.sock`` beside this file) after a ``CONNECT <port>`` line, which bridges it to
   the process serving that port.
+- ``--follow`` (a kernel, which outlives the session's processes): a watch connection to
+  ``connect.sock`` says ``WATCH``; the broker answers ``PORTS 8000,5173`` now and whenever the
+  session's running ports change, and the relay listens on exactly those (a port the
+  program holds itself is skipped). The watch is made again whenever it drops.
 
 Listeners are bound before ARGV runs (no race: connections wait in the backlog); a detached
 relay (reparented to the container's init, gone with the container) does the rest, and ARGV
@@ -28,9 +32,10 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BROKER = os.path.join(HERE, "connect.sock")
+USAGE = "usage: navi-ports [--serve SOCK] [--listen PORTS] [--follow] -- ARGV"
 
 
-def relay(listeners: Any, serve: Any) -> None:
+def relay(listeners: Any, serve: Any, follow: bool = False) -> None:
     import asyncio
     import functools
 
@@ -104,9 +109,48 @@ def relay(listeners: Any, serve: Any) -> None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    async def listen(port: int, sock: Any = None) -> Any:
+        handler = functools.partial(accepted, port)
+        if sock is not None:
+            return await asyncio.start_server(handler, sock=sock)
+        return await asyncio.start_server(handler, "127.0.0.1", port, reuse_address=True)
+
+    async def watch(bound: Any) -> None:
+        delay = 0.05
+        while True:
+            try:
+                reader, writer = await asyncio.open_unix_connection(BROKER)
+                writer.write(b"WATCH\n")
+                await writer.drain()
+                delay = 0.05
+                while True:
+                    line = await reader.readline()
+                    if not line:
+                        break
+                    parts = line.split()
+                    if not parts or parts[0] != b"PORTS":
+                        continue
+                    listed = parts[1].split(b",") if len(parts) > 1 else []
+                    wanted = {int(p) for p in listed if p.isdigit() and 1024 <= int(p) <= 65535}
+                    for port in [p for p in bound if p not in wanted]:
+                        bound.pop(port).close()
+                    for port in sorted(wanted - set(bound)):
+                        try:
+                            bound[port] = await listen(port)
+                        except OSError:  # the program holds that port itself
+                            pass
+                writer.close()
+            except OSError:
+                pass
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     async def main() -> None:
+        bound = {}
         for port, sock in listeners:
-            await asyncio.start_server(functools.partial(accepted, port), sock=sock)
+            bound[port] = await listen(port, sock)
+        if follow:
+            asyncio.ensure_future(watch(bound))
         if serve:
             await control()
         else:
@@ -116,22 +160,25 @@ def relay(listeners: Any, serve: Any) -> None:
 
 
 def parse(argv: Any) -> Any:
-    serve, ports = None, []
+    serve, ports, follow = None, [], False
     while argv and argv[0] != "--":
+        if argv[0] == "--follow":
+            follow, argv = True, argv[1:]
+            continue
         flag, value, argv = argv[0], argv[1] if len(argv) > 1 else "", argv[2:]
         if flag == "--serve":
             serve = value
         elif flag == "--listen":
             ports = [int(p) for p in value.split(",") if p.isdigit()]
         else:
-            raise SystemExit("usage: navi-ports [--serve SOCK] [--listen PORTS] -- ARGV")
-    return serve, ports, argv[1:]
+            raise SystemExit(USAGE)
+    return serve, ports, follow, argv[1:]
 
 
 def main() -> None:
-    serve, ports, argv = parse(sys.argv[1:])
+    serve, ports, follow, argv = parse(sys.argv[1:])
     if not argv:
-        sys.stderr.write("usage: navi-ports [--serve SOCK] [--listen PORTS] -- ARGV\n")
+        sys.stderr.write(USAGE + "\n")
         sys.exit(2)
     listeners = []
     for port in ports:
@@ -144,14 +191,14 @@ def main() -> None:
             continue
         sock.listen(128)
         listeners.append((port, sock))
-    if listeners or serve:
+    if listeners or serve or follow:
         if os.fork() == 0:  # the child forks the relay and exits: init adopts the relay
             if os.fork() == 0:
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)
                 try:
-                    relay(listeners, serve)
+                    relay(listeners, serve, follow)
                 finally:
                     os._exit(0)
             os._exit(0)

@@ -8,6 +8,7 @@ served from (a reverse proxy with a wildcard name in front of that port).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.ports.hub import PortsHub
 from runtime.ports.origin import OriginServer, PreviewApp, free_port
+from runtime.ports.preview_rows import PreviewRows, preview_key
 from runtime.ports.previews import PreviewLink, PreviewLinks
 from runtime.ports.proxy import PortProxy
 from runtime.sandbox.docker.spec import BindMount
@@ -32,10 +34,14 @@ TokenAlive = Callable[[str], Awaitable[bool]]
 
 
 class PortsService:
-    def __init__(self, root: Path, *, token_alive: TokenAlive) -> None:
+    def __init__(self, root: Path, *, token_alive: TokenAlive,
+                 rows: PreviewRows | None = None) -> None:
+        """``rows``: where preview links are kept across restarts (None: in memory)."""
+        self.root = root
         self.hub = PortsHub(root)
         self.proxy = PortProxy()
         self.token_alive = token_alive
+        self.rows = rows
         self.links = PreviewLinks("http://{link}.localhost:0/")
         self.origin: OriginServer | None = None
 
@@ -53,8 +59,15 @@ class PortsService:
         if not got:
             log.warning("preview_port_taken", wanted=wanted, port=self.origin.port)
         template = preview_url or f"http://{{link}}.localhost:{self.origin.port}/"
-        self.links = PreviewLinks(template)
+        key = await asyncio.to_thread(preview_key, self.root) if self.rows else None
+        self.links = PreviewLinks(template, key, self.rows)
         log.info("preview_origin", port=self.origin.port, url=template)
+
+    async def load_links(self) -> None:
+        """The links kept from before a restart, once adopted processes serve again."""
+        loaded = await self.links.load(self.hub.running_port)
+        if loaded:
+            log.info("preview_links_loaded", links=loaded)
 
     async def resolve_link(self, host: str) -> PreviewLink | None:
         return await self.links.resolve(host, self.hub.running_port, self.token_alive)
@@ -83,7 +96,7 @@ class PortsService:
 
     async def release_session(self, session: str) -> None:
         """The session ended: its links, pools and sockets go."""
-        self.links.revoke_session(session)
+        await self.links.revoke_session(session)
         await self.proxy.release(session)
         await self.hub.release_session(session)
 

@@ -1,7 +1,7 @@
 """A session's ports behind a real `navi serve`: a background process declaring a port is
 reached through /v1/sessions/{id}/ports/{port}/... (HTTP, SSE, WebSocket; Navi's credentials
-stripped), from the session's later calls at 127.0.0.1:<port> (not from another session's),
-and through preview links on origins of their own, which end with their process."""
+stripped), from the session's later calls and kernels at 127.0.0.1:<port> (not from another
+session's), and through preview links on origins of their own, which end with their process."""
 
 from __future__ import annotations
 
@@ -112,6 +112,42 @@ def test_later_calls_reach_the_port_other_sessions_do_not(server: Server) -> Non
         assert client.delete(f"/v1/sessions/{mine}").status_code == 204
         assert not (server.data_dir / "ports" / "s" / mine).exists()
         assert not (server.data_dir / "ports" / "p" / mine).exists()
+
+
+def kernel_get(client: httpx.Client, session: str, url: str, kernel: str) -> str:
+    code = ("import urllib.request\ntry:\n"
+            f"    print(urllib.request.urlopen({url!r}, timeout=10).read().decode())\n"
+            "except Exception as exc:\n    print('failed:', type(exc).__name__)")
+    resp = client.post(f"/v1/sessions/{session}/kernels/{kernel}/execute",
+                       json={"code": code}, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["stdout"]).strip()
+
+
+def poll(check: Any, what: str) -> Any:
+    """``check`` every 0.5 s for 10 s (each is a kernel execute: within execs_per_minute)."""
+    for _ in range(20):
+        if got := check():
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"not within 10 s: {what}")
+
+
+def test_kernels_reach_the_sessions_ports(server: Server) -> None:
+    _, token = server.tenant_with_user()
+    with server.client(token) as client:
+        session = session_of(client)
+        url = f"http://127.0.0.1:{PORT}/from-kernel"
+        # a kernel started before the process: its relay follows the ports as they come
+        assert kernel_get(client, session, url, "early").startswith("failed:")
+        proc = serve(client, session)
+        assert poll(lambda: kernel_get(client, session, url, "early") == "hello /from-kernel",
+                    "the running kernel to reach the port")
+        # a kernel started after it: listening from its start
+        assert kernel_get(client, session, url, "late") == "hello /from-kernel"
+        assert client.delete(f"/v1/sessions/{session}/processes/{proc['id']}").status_code == 204
+        assert poll(lambda: kernel_get(client, session, url, "late").startswith("failed:"),
+                    "the port to go with its process")
 
 
 def test_preview_links(server: Server) -> None:

@@ -1,6 +1,7 @@
 """`navi serve` killed with SIGKILL while a process serves a port: the next server adopts the
 process, and its port is reachable again through the same relay (which reconnects to the
-sockets the new server binds at the same paths); preview links, kept in memory, are gone."""
+sockets the new server binds at the same paths), and its preview link works again (kept in
+the database; its secret, derived from the link's id with the server's key, is the same)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,16 @@ def test_an_adopted_process_serves_its_port_again(tmp_path: Path) -> None:
                 f"/v1/sessions/{session}/ports/{PORT}/again")).status_code == 200 and r,
                 30, "the adopted process's port to answer again")
             assert answer.text == "hello /again"
-            with pytest.raises(httpx.HTTPError):  # the old origin is gone with its server
-                origin_get(second, link["url"], "/x")
+            [listed] = client.get(f"/v1/sessions/{session}/previews").json()
+            assert listed["id"] == link["id"] and listed["expires_at"] == link["expires_at"]
+            label = httpx.URL(link["url"]).host.split(".")[0]
+            assert httpx.URL(listed["url"]).host.split(".")[0] == label  # the same secret
+            page = origin_get(second, listed["url"], "/after")  # no bearer token
+            assert page.status_code == 200 and page.text == "hello /after"
             assert client.delete(f"/v1/sessions/{session}/processes/{pid}").status_code == 204
             assert client.get(f"/v1/sessions/{session}/ports/{PORT}/x").status_code == 404
+            assert wait_for(lambda: origin_get(second, listed["url"], "/x").status_code == 404,
+                            30, "the link to end with its process")
+            assert client.get(f"/v1/sessions/{session}/previews").json() == []
     finally:
         stop_server(second)

@@ -58,8 +58,8 @@ class Rig:
                 await asyncio.sleep(0.05)
             pytest.fail("the port never answered")
 
-    def link(self, port: int, process_id: str = "p_1", expires_in_s: float = 60) -> str:
-        link = self.ports.links.create(tenant="t1", session=SESSION, port=port,
+    async def link(self, port: int, process_id: str = "p_1", expires_in_s: float = 60) -> str:
+        link = await self.ports.links.create(tenant="t1", session=SESSION, port=port,
                                        process_id=process_id, token_id="tok",
                                        expires_in_s=expires_in_s)
         return self.ports.links.out(link).url
@@ -104,7 +104,7 @@ async def get(rig: Rig, url: str, path: str, **kw: object) -> httpx.Response:
 async def test_each_link_is_its_own_origin_and_credentials_never_pass(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    one, two = rig.link(port), rig.link(port)
+    one, two = await rig.link(port), await rig.link(port)
     assert one.startswith("http://") and ".localhost:" in one and one.endswith("/")
     assert host_of(one) != host_of(two)  # two links, two origins
     answer = await get(rig, one, "/headers", headers=CREDENTIALS)
@@ -118,15 +118,15 @@ async def test_each_link_is_its_own_origin_and_credentials_never_pass(rig: Rig) 
 async def test_unknown_revoked_and_ended_links_are_404(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     assert (await get(rig, url, "/x")).text == "hello /x"
     unknown = url.replace(host_of(url).split(".")[0], "a" * 26)
     assert (await get(rig, unknown, "/x")).status_code == 404
     link = rig.ports.links.list(SESSION, "t1")[0]
-    rig.ports.links.revoke(link)
+    await rig.ports.links.revoke(link)
     assert (await get(rig, url, "/x")).status_code == 404
     # its process ends: every link to it stops working
-    url = rig.link(port)
+    url = await rig.link(port)
     await rig.ports.hub.process_ended("p_1")
     assert (await get(rig, url, "/x")).status_code == 404
 
@@ -134,13 +134,13 @@ async def test_unknown_revoked_and_ended_links_are_404(rig: Rig) -> None:
 async def test_a_link_ends_with_its_token_and_its_expiry(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     assert (await get(rig, url, "/x")).status_code == 200
     rig.alive = False
     rig.ports.links.list(SESSION, "t1")[0].token_checked_at = 0  # the next re-check is due
     assert (await get(rig, url, "/x")).status_code == 404
     rig.alive = True
-    short = rig.link(port, expires_in_s=2)
+    short = await rig.link(port, expires_in_s=2)
     assert (await get(rig, short, "/x")).status_code == 200
     await asyncio.sleep(2.1)
     assert (await get(rig, short, "/x")).status_code == 404
@@ -149,7 +149,7 @@ async def test_a_link_ends_with_its_token_and_its_expiry(rig: Rig) -> None:
 async def test_service_workers_are_refused(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     refused = await get(rig, url, "/sw.js", headers={"Service-Worker": "script"})
     assert refused.status_code == 403
     assert refused.headers["x-content-type-options"] == "nosniff"
@@ -159,14 +159,14 @@ async def test_nothing_listening_is_502(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port, serve=False)
     await asyncio.sleep(0.5)  # the relay is connected; nothing listens on the port
-    answer = await get(rig, rig.link(port), "/x")
+    answer = await get(rig, await rig.link(port), "/x")
     assert answer.status_code == 502 and "port_unreachable" in answer.text
 
 
 async def test_sse_streams_through(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     arrived: list[tuple[float, str]] = []
     async with httpx.AsyncClient(timeout=10) as client, client.stream(
             "GET", rig.origin + "/sse", headers={"Host": host_of(url)}) as answer:
@@ -182,7 +182,7 @@ async def test_sse_streams_through(rig: Rig) -> None:
 async def test_websocket_passes_through(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     assert rig.ports.origin is not None
     async with connect(f"ws://{host_of(url)}/ws", host="127.0.0.1",
                        port=rig.ports.origin.port) as ws:
@@ -195,7 +195,7 @@ async def test_websocket_passes_through(rig: Rig) -> None:
 async def test_post_bodies_and_keep_alive(rig: Rig) -> None:
     port = free_port()
     await rig.process("p_1", port)
-    url = rig.link(port)
+    url = await rig.link(port)
     async with httpx.AsyncClient(timeout=10) as client:
         for i in range(5):
             answer = await client.post(rig.origin + "/echo", content=b"x" * (i * 100000),
@@ -224,7 +224,7 @@ async def test_the_preview_port_default_taken_explicit_and_template(tmp_path: Pa
         await ports.start(host="127.0.0.1", api_port=api, preview_port=None, preview_url=None)
         try:
             assert ports.origin is not None and ports.origin.port != api + 1
-            link = ports.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
+            link = await ports.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
                                       token_id="x", expires_in_s=60)
             assert ports.links.out(link).url.endswith(f".localhost:{ports.origin.port}/")
         finally:
@@ -241,7 +241,7 @@ async def test_the_preview_port_default_taken_explicit_and_template(tmp_path: Pa
     await templated.start(host="127.0.0.1", api_port=api, preview_port=None,
                           preview_url="https://{link}.preview.example.org")
     try:
-        link = templated.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
+        link = await templated.links.create(tenant="t", session=SESSION, port=2000, process_id="p",
                                       token_id="x", expires_in_s=60)
         url = templated.links.out(link).url
         assert url == f"https://{link.label}.preview.example.org/"

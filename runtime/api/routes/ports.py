@@ -144,16 +144,16 @@ async def create_preview(session_id: str, body: PreviewCreate, request: Request,
     ports = _ports(services)
     process_id = _declared(ports, record.id, body.port)
     link_id_hint = f"port {body.port} of {process_id}"
-    link = ports.links.create(tenant=principal.tenant_id, session=record.id, port=body.port,
-                              process_id=process_id, token_id=principal.token_id,
-                              expires_in_s=body.expires_in_s)
+    link = await ports.links.create(tenant=principal.tenant_id, session=record.id, port=body.port,
+                                    process_id=process_id, token_id=principal.token_id,
+                                    expires_in_s=body.expires_in_s)
     try:
         await services.executor.record_action(
             actor(principal, principal.tenant_id, record.id), "port.link", link.id,
             rule=services.policy.session_limits(subject).ports_rule,
             detail=f"create {link_id_hint}, expires in {body.expires_in_s} s")
     except BaseException:
-        ports.links.revoke(link)  # not audited: it never worked
+        await ports.links.revoke(link)  # not audited: it never worked
         raise
     return ports.links.out(link)
 
@@ -178,5 +178,5 @@ async def delete_preview(session_id: str, link_id: str, request: Request,
     await services.executor.record_action(
         actor(principal, principal.tenant_id, record.id), "port.link", link.id,
         rule=f"roles.{principal.role}", detail=f"revoke port {link.port}")
-    ports.links.revoke(link)
+    await ports.links.revoke(link)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
