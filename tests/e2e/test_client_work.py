@@ -16,6 +16,8 @@ from navi_client import (
     AsyncNaviClient,
     BadRequestError,
     ConflictError,
+    ExecChunk,
+    ExecOut,
     KernelResultOut,
     NaviClient,
     NotFoundError,
@@ -93,6 +95,12 @@ def test_kernels(navi: NaviClient) -> None:
     assert first.results[-1]["text/plain"] == "21"
     again = navi.kernel_execute(session, "print(x * 2)")
     assert again.ok and again.stdout == "40\n"
+    ticks = "import time\nfor i in range(3):\n    print('tick', i, flush=True); time.sleep(0.3)"
+    items = list(navi.kernel_execute_stream(session, ticks))
+    chunks, last = items[:-1], items[-1]
+    assert chunks and all(isinstance(c, ExecChunk) for c in chunks)
+    assert isinstance(last, ExecOut) and last.ok and last.stdout == "tick 0\ntick 1\ntick 2\n"
+    assert "".join(c.data for c in chunks if isinstance(c, ExecChunk)) == "tick 0\ntick 1\ntick 2\n"
     failed = navi.kernel_execute(session, "1 / 0")
     assert not failed.ok and failed.error is not None and failed.error.name == "ZeroDivisionError"
     [kernel] = navi.list_kernels(session)

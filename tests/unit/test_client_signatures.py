@@ -24,11 +24,12 @@ from navi_client.wire import (
 
 from runtime import client as runtime_client
 
-STREAMS = {"exec_stream", "events"}
+STREAMS = {"exec_stream", "events", "kernel_execute_stream"}
 WANTED = {  # issue 41: snapshots, processes, kernels, previews and questions
     "create_snapshot", "list_snapshots", "restore_snapshot", "delete_snapshot", "fork_session",
     "start_process", "list_processes", "get_process", "process_output", "process_input",
-    "signal_process", "stop_process", "kernel_execute", "list_kernels", "delete_kernel",
+    "signal_process", "stop_process", "kernel_execute", "kernel_execute_stream", "list_kernels",
+    "delete_kernel",
     "create_preview", "list_previews", "delete_preview", "list_questions", "answer_question",
 }
 NOT_CALLS = {"send", "open_stream", "close", "aclose"}

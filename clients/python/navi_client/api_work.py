@@ -4,9 +4,11 @@ the agent asks its user (`ask_user`)."""
 
 from __future__ import annotations
 
-from navi_client.calls import Call, drop_none, many, nothing, one, session_path
-from navi_client.endpoint import call
+from navi_client.calls import Call, Stream, drop_none, exec_stream, many, nothing, one, session_path
+from navi_client.endpoint import call, stream
+from navi_client.models import ExecChunk
 from navi_client.wire import (
+    ExecOut,
     KernelInfoOut,
     KernelResultOut,
     PreviewOut,
@@ -78,6 +80,15 @@ class WorkAPI:
         persist between executes of one kernel); a failing cell is an answer with `error`."""
         return Call("POST", session_path(session, "kernels", kernel, "execute"),
                     one(KernelResultOut), json=drop_none(code=code, timeout_s=timeout_s))
+
+    @stream
+    def kernel_execute_stream(self, session: str, code: str, *, kernel: str = "default",
+                              timeout_s: float | None = None) -> Stream[ExecChunk | ExecOut]:
+        """`kernel_execute`, streamed as `exec_stream` is: the output as it comes
+        (`ExecChunk`), then the call's result (`ExecOut`, last: `ok`, `stdout`, `stderr`;
+        `results` and `error` are `kernel_execute`'s)."""
+        return exec_stream(session_path(session, "kernels", kernel, "execute"),
+                           drop_none(code=code, timeout_s=timeout_s))
 
     @call
     def list_kernels(self, session: str) -> Call[list[KernelInfoOut]]:
