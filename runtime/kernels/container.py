@@ -35,6 +35,7 @@ from runtime.sandbox.models import ExecRequest
 log = get_logger(__name__)
 
 STATE_TARGET = "/run/navi/kernel"
+WORKDIR = "/workspace"  # where the workspace is, unless the caller says (E2B: /home/user)
 RUNNER_SOURCE = (Path(__file__).parent / "runner.py").read_text(encoding="utf-8")
 MAX_LINE = 64 * 1024 * 1024  # a result line (PNG base64) longer than this: the kernel is broken
 LEASE_S = 7 * 24 * 3600.0
@@ -72,6 +73,8 @@ class KernelContainer:
         spec = await backend.long_lived_spec(request, lease_s=LEASE_S)
         spec = spec.model_copy(update={"mounts": (*spec.mounts, BindMount(
             source=str(state_dir), target=STATE_TARGET, read_only=False))})
+        if request.workdir != WORKDIR:  # E2B's /home/user: the workspace is HOME there
+            spec = spec.model_copy(update={"env": {**spec.env, "HOME": request.workdir}})
         engine = backend.engine
         container = await engine.acquire(engine.remove, engine.create, spec)
         try:

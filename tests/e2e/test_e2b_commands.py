@@ -129,6 +129,17 @@ def test_commands_are_navi_processes_audited(navi: Server, tenant: tuple[str, st
     assert starts
 
 
+def test_writes_and_executes_are_audited(navi: Server, tenant: tuple[str, str],
+                                         code: CodeSandbox) -> None:
+    code.files.write("/home/user/audited.txt", "x")
+    code.run_code("audited = 1")
+    mine = [r for r in audit(navi, tenant[0]) if r.get("session") == code.sandbox_id]
+    assert any(r.get("action") == "file.write" and r.get("object") == "audited.txt"
+               for r in mine), mine
+    assert any(r.get("tool") == "kernel_exec" and r.get("decision") == "allow"
+               for r in mine), mine
+
+
 @pytest.fixture(scope="module")
 def locked_key(navi: Server) -> str:
     """A key of tenant `locked`, whose profile (secretary) denies group:exec."""
@@ -171,7 +182,8 @@ def test_run_code_keeps_state_and_streams(code: CodeSandbox) -> None:
 
 
 def test_run_code_sees_home_user(code: CodeSandbox) -> None:
-    assert code.run_code("import os; os.getcwd()").text == "'/home/user'"
+    found = code.run_code("import os; (os.getcwd(), os.environ['HOME'])").text
+    assert found == "('/home/user', '/home/user')"
     code.files.write("/home/user/from_files.txt", "seen")
     assert code.run_code("open('from_files.txt').read()").text == "'seen'"
 
