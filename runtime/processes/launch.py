@@ -17,16 +17,16 @@ from runtime.errors import Conflict
 from runtime.policy.decision import Decision, Subject
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord, StartSpec
+from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.spec import BindMount
 from runtime.sandbox.models import ExecRequest
+from runtime.sandbox.stdin_program import TINI_GROUP_ENV, shell_program
 
 if TYPE_CHECKING:
     from runtime.processes.service import ProcessService
 
-SHELL = ("bash", "--noprofile", "--norc", "-c")
 WORKDIR = "/workspace"
-CD_THEN_RUN = 'cd -- "$0" || exit 125; exec bash --noprofile --norc -c "$1"'
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,14 @@ def moved_cwd(cwd: str, workdir: str) -> str:
     if cwd == WORKDIR or cwd.startswith(WORKDIR + "/"):
         return workdir + cwd[len(WORKDIR):]
     return cwd
+
+
+def _send_command(attached: Any, frame: bytes) -> None:
+    """The command, on stdin before any input can be written (never on argv: the engine's
+    config and /proc/<pid>/cmdline show that); a program that exits first (its cwd gone)
+    is no error here: the process ends with its status."""
+    with contextlib.suppress(OSError):
+        attach.raw_socket(attached).sendall(frame)
 
 
 def docker_backend(service: ProcessService) -> DockerBackend:
@@ -85,9 +93,9 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
                                       env={**extras.env, **more.env},
                                       workdir=more.workdir or extras.workdir)
         workdir = extras.workdir or WORKDIR
+        argv, frame = shell_program(spec.command, moved_cwd(record.cwd, workdir))
         request = ExecRequest(
-            argv=[*SHELL, CD_THEN_RUN, moved_cwd(record.cwd, workdir), spec.command],
-            env=dict(spec.env), workspace=workspace, workdir=workdir, tmp=tmp,
+            argv=argv, env=dict(spec.env), workspace=workspace, workdir=workdir, tmp=tmp,
             image=services.executor.resolve_image(
                 decision.image or ""),
             limits=decision.limits,
@@ -98,13 +106,14 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
         containers = service.ends.containers_for(backend)
         container_spec = await containers.spec(
             request, record_id=record.id, lifetime_s=lifetime_s, egress=egress_socket,
-            mounts=extras.mounts, argv_prefix=extras.argv_prefix, env=extras.env,
-            home=extras.workdir)
+            mounts=extras.mounts, argv_prefix=extras.argv_prefix,
+            env={**extras.env, **TINI_GROUP_ENV}, home=extras.workdir)
         container = await containers.create(container_spec)
         undo.append(lambda: containers.remove(container))
         await service.records.set_container(record.id, container)
         outlog = await asyncio.to_thread(service.ends.log_of, record)
         attached: Any = await containers.attach_and_start(container)
+        await asyncio.to_thread(_send_command, attached, frame)
     except BaseException:
         for step in reversed(undo):
             with contextlib.suppress(Exception):

@@ -1,8 +1,9 @@
 """Tenant code never rides on a container's command line (issue 39): a cold `code_exec`
-(python, bash), and a `terminal` call with a cwd each carry a secret
+(python, bash), a `terminal` call with a cwd and a background process (E2B's commands are
+ones) each carry a secret
 marker in their code; while each runs, neither the engine's container config (`docker
 inspect`) nor any host process's `/proc/<pid>/cmdline` (world-readable) holds it. What the
-tools show stays as before: output, exit codes, `$0`."""
+tools show stays as before: output, exit codes, `$0`, a process's own stdin, a signal to it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
 from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.stdin_program import BASH, python_program, shell_program
 from tests.docker.sandbox_fixtures import RunFn
-from tests.docker.test_processes_api import POLICY, session_of, wait_for
+from tests.docker.test_processes_api import (
+    POLICY,
+    ended,
+    output,
+    session_of,
+    start,
+    wait_for,
+)
 from tests.docker.warm_fixtures import wait_ready
 from tests.e2e.conftest import Server, start_server, stop_server
 
@@ -103,6 +111,25 @@ def test_cold_calls_keep_their_code_off_argv(server: Server,
             assert (name, got["exit_code"], got["stdout"]) == {
                 "py": ("py", 3, "['-c'] True\n"), "sh": ("sh", 4, "bash 0\n"),
                 "term": ("term", 5, "/workspace/sub\n")}[name]
+
+
+def test_a_process_keeps_its_command_off_argv_and_its_stdin(
+        server: Server, docker_api: docker.APIClient) -> None:
+    _, token = server.tenant_with_user()
+    marker = f"navi-secret-{secrets.token_hex(8)}"
+    with server.client(token) as client:
+        session = session_of(client)
+        pid = start(client, session, f': {marker}; echo "up $0 $#"; read line; '
+                    'echo "got $line"; sleep 300')["id"]
+        wait_for(lambda: "up bash 0" in output(client, session, pid)["output"], 60, "up")
+        assert_hidden(docker_api, session, marker)
+        assert client.post(f"/v1/sessions/{session}/processes/{pid}/input",
+                           json={"data": "hello\n"}).status_code == 204
+        wait_for(lambda: "got hello" in output(client, session, pid)["output"], 30, "input")
+        # bash stays the command's parent: an INT still ends the sleep (130, as before)
+        assert client.post(f"/v1/sessions/{session}/processes/{pid}/signal",
+                           json={"signal": "INT"}).status_code == 204
+        assert ended(client, session, pid)["exit_code"] == 130
 
 
 @pytest.fixture
