@@ -4,10 +4,10 @@ The sub-agent is a turn of its own, run inline by the parent's tool call: it blo
 call, and cancelling the parent (its turn, the session) cancels it. It works in the same
 session and workspace, as the same tenant and token, under a profile no wider than the
 parent's (every tool it would be offered, the parent is offered too), for at most
-`MAX_ITERATIONS` steps, and at most `MAX_DEPTH` levels deep. Its calls take the one
-decision path and are audited with `parent_turn`; its events stream on the session's bus
-(its `stream_start` names the parent's call as `parent_call`, so clients nest them under
-that tool card). Its conversation is kept in memory for the call only: the parent's
+`MAX_ITERATIONS` steps, and at most `limits.processes.max_agent_depth` levels deep (the
+policy's). Its calls take the one decision path and are audited with `parent_turn`; its
+events stream on the session's bus (its `stream_start` names the parent's call as
+`parent_call`, so clients nest them under that tool card). Its conversation is kept in memory for the call only: the parent's
 history holds the task and the answer, not the sub-agent's steps. It has its own todo and
 scratchpad (its subject's `agent_id`: its turn id, or a background agent's id), which no other
 agent's calls see; they go when it ends.
@@ -31,7 +31,6 @@ from runtime.errors import InvalidInput, NotFound
 from runtime.events import NESTED_TURN
 from runtime.policy.decision import Subject
 
-MAX_DEPTH = 2
 MAX_ITERATIONS = 8
 
 
@@ -89,9 +88,10 @@ class SubAgents:
         agent = services.agent if services is not None else None
         if services is None or agent is None:
             raise NotFound("sub-agents are not available here (no agent service)")
-        if parent.agent_depth >= MAX_DEPTH:
-            raise InvalidInput(f"a sub-agent may not spawn another here: at most {MAX_DEPTH} "
-                               "levels of sub-agents")
+        depth = services.policy.session_limits(parent).processes.max_agent_depth
+        if parent.agent_depth >= depth:
+            raise InvalidInput(f"a sub-agent may not spawn another here: at most {depth} "
+                               "levels of sub-agents (limits.processes.max_agent_depth)")
         name = profile or parent.profile
         found = services.policy.tenant_rule(parent.policy_tenant)
         profiles = services.policy.policy.profiles

@@ -27,6 +27,8 @@ class ProcessLimitsSpec(Strict):
     max_per_session: int | None = Field(None, ge=0, le=1024)
     max_kernels_per_session: int | None = Field(None, ge=0, le=64)
     max_agents_per_session: int | None = Field(None, ge=0, le=64)
+    max_agent_depth: int | None = Field(None, ge=0, le=8, description="levels of sub-agents "
+                                        "(spawn_agent) under a top-level agent; 0: none")
     max_lifetime_s: float | None = Field(None, gt=0, le=7 * 86400)
 
 

@@ -21,6 +21,7 @@ class ProcessLimits(BaseModel):
     max_per_session: int = 4
     max_kernels_per_session: int = 2
     max_agents_per_session: int = 4
+    max_agent_depth: int = 2
     max_lifetime_s: float = 3600.0
 
 

@@ -1,6 +1,7 @@
 """spawn_agent in real agent turns (store, audit, policy and the fake model over HTTP; a
 FakeBackend sandbox): the answer comes back, the sub-agent's calls are audited with
-parent_turn, its events name the parent's call, depth and width are bounded, and
+parent_turn, its events name the parent's call, depth (the policy's
+`limits.processes.max_agent_depth`) and width are bounded, and
 cancelling the parent stops it."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 
 from runtime.errors import InvalidInput
 from runtime.sandbox.fake import FakeBackend, FakeResponse
-from tests.fakes.agent_harness import AgentHarness
+from tests.fakes.agent_harness import POLICY, AgentHarness
 from tests.fakes.ollama import FakeOllama
 from tests.fakes.script import Call, Reply
 
@@ -70,6 +72,26 @@ async def test_sub_agents_nest_two_levels_deep_at_most(tmp_path: Path,
     refused = [i for i in inner if i["type"] == "tool_result" and not i["success"]]
     assert len(refused) == 1 and "at most 2 levels" in refused[0]["error"]
     assert events[-1].data["content"].startswith("p: c: g: ")
+
+
+async def test_the_policy_sets_how_deep_sub_agents_go(tmp_path: Path,
+                                                      ollama: FakeOllama) -> None:
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["profiles"]["developer"]["limits"] = {"processes": {"max_agent_depth": 1}}
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy))
+    ollama.model.add(
+        Reply(calls=[Call("spawn_agent", {"task": "level 1"})]),
+        Reply(calls=[Call("spawn_agent", {"task": "level 2"})]),
+        lambda req: Reply(content="c: " + req["messages"][-1]["content"]),
+        lambda req: Reply(content="p: " + req["messages"][-1]["content"]))
+    async with AgentHarness(tmp_path / "run", ollama=ollama.url,
+                            policy=tmp_path / "policy.yaml") as h:
+        events = await h.turn("go deep")
+    inner = [e.data["event"] for e in events if e.type == "subagent"]
+    refused = [i for i in inner if i["type"] == "tool_result" and not i["success"]]
+    assert len(refused) == 1 and "at most 1 levels" in refused[0]["error"], refused
+    assert "max_agent_depth" in refused[0]["error"]
+    assert events[-1].data["content"].startswith("p: c: ")
 
 
 async def test_a_wider_or_foreign_profile_is_refused(tmp_path: Path,

@@ -45,6 +45,7 @@ def test_defaults_and_the_shipped_policies() -> None:
     limits = default.session_limits(SUBJECT)
     assert limits.processes.model_dump() == {"max_per_session": 4, "max_kernels_per_session": 2,
                                              "max_agents_per_session": 4,
+                                             "max_agent_depth": 2,
                                              "max_lifetime_s": 3600.0}
     assert limits.ports and limits.ports_rule == "profiles.developer.limits.ports"
     assert default.quotas("acme").processes_per_tenant == 16
