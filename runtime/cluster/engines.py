@@ -2,22 +2,33 @@
 
 `ip netns exec` gives the engine a mount namespace of its own with a fresh /sys, which hides
 the cgroup hierarchies: they are mounted again there (only there; the mounts end with the
-namespace). The engine never touches the host's networking (`--bridge=none
+namespace). The node's data directory is there too, and only there: `NODE_DATA`
+(`/var/lib/navi-node`, an empty directory on the host) is a bind of the node's storage in
+that namespace; the node agent runs in this namespace and keeps everything under it, so no path it
+knows exists for the control plane, and a host path leaked across the hop fails here as it
+would across machines. The engine never touches the host's networking (`--bridge=none
 --iptables=false`) and has its own data-root, exec-root, pidfile and socket. Images come
 from the host engine by `docker save | docker load`: nothing is pulled.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
 
 from runtime.errors import ClusterError
 
-# Remount what the host has under /sys/fs/cgroup (v1 hierarchies, the unified one), then exec.
+NODE_DATA = Path("/var/lib/navi-node")  # the node's data dir, in its mount namespace only
+
+# The node's data dir bound over NODE_DATA (in this namespace only: `ip netns exec` made it
+# a slave of the host's), then remount what the host has under /sys/fs/cgroup (v1
+# hierarchies, the unified one), then exec.
 _CGROUP_SETUP = r"""
 set -e
+mkdir -p /var/lib/navi-node
+mount --bind "$NAVI_NODE_STORAGE" /var/lib/navi-node
 mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
 while read -r _ dir fstype opts _; do
   case "$dir" in /sys/fs/cgroup/*) ;; *) continue ;; esac
@@ -30,10 +41,13 @@ exec "$@"
 """
 
 
-def start_engine(netns: str, run_dir: Path, data_root: Path, socket: Path) -> int:
-    """Start the node's dockerd; returns its pid once the socket answers."""
+def start_engine(netns: str, run_dir: Path, data_root: Path, socket: Path,
+                 storage: Path) -> int:
+    """Start the node's dockerd; returns its pid once the socket answers. `storage`: what
+    the node sees as its data dir (`NODE_DATA`, in the engine's mount namespace only)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data_root.mkdir(parents=True, exist_ok=True)
+    storage.mkdir(mode=0o700, parents=True, exist_ok=True)
     mounts = run_dir / "host-mounts"
     mounts.write_text(Path("/proc/self/mounts").read_text())
     script = _CGROUP_SETUP.replace("/host-mounts", str(mounts))
@@ -45,6 +59,7 @@ def start_engine(netns: str, run_dir: Path, data_root: Path, socket: Path) -> in
          f"--pidfile={pidfile}", f"--host=unix://{socket}", "--bridge=none",
          "--iptables=false", "--ip-masq=false", "--userland-proxy=false"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        env={**os.environ, "NAVI_NODE_STORAGE": str(storage)},
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -107,7 +107,8 @@ def _start(state: ClusterState, images: list[str], emit: Callable[[str], None]) 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(state.nodes) + 1) as pool:
         started = [pool.submit(engines.start_engine, n.netns, Path(n.run_dir),
-                               Path(n.data_root), Path(n.socket)) for n in state.nodes]
+                               Path(n.data_root), Path(n.socket), node_storage(n))
+                   for n in state.nodes]
         tar = Path(state.run_root) / "images.tar"
         engines.save_images(images, tar)
         for engine in started:
@@ -138,7 +139,8 @@ def start_again(directory: Path, node_id: str) -> None:
 
 def _start_ray_node(state: ClusterState, node: NodeRecord) -> None:
     """The node's Ray processes, in its engine's mount namespace, with its own data dir
-    (`<dir>/nodes/<id>/navi`: the node agent's session disks, keys, artifacts)."""
+    (`engines.NODE_DATA` there: the node agent's session disks, keys, artifacts, tool
+    objects)."""
     pidfile = Path(node.run_dir) / "docker.pid"
     try:
         engine = int(pidfile.read_text().strip())
@@ -146,7 +148,14 @@ def _start_ray_node(state: ClusterState, node: NodeRecord) -> None:
         raise ClusterError(f"the engine of node {node.id} is not running") from None
     rayproc.start_node(node.netns, node.id, node.node_ip, state.address,
                        Path(state.token_file), Path(node.socket), os.cpu_count() or 1,
-                       engine, Path(node.data_root).parent / "navi")
+                       engine, engines.NODE_DATA)
+
+
+def node_storage(node: NodeRecord) -> Path:
+    """Where the node's data dir is kept on this machine (`<dir>/nodes/<id>/navi`); the node
+    sees it as `engines.NODE_DATA`, in its own mount namespace, which the control plane
+    does not see."""
+    return Path(node.data_root).parent / "navi"
 
 
 def node_pids(node: NodeRecord) -> dict[str, int]:

@@ -79,11 +79,11 @@ def start_node(netns: str, node_id: str, ip: str, address: str, token_file: Path
                socket: Path, num_cpus: int, engine_pid: int, data_dir: Path) -> None:
     """A Ray node in the namespace and in its engine's mount namespace (the node agent's
     loop mounts of session disks must be the ones its engine bind-mounts into containers);
-    its workers see their own engine in DOCKER_HOST and their data dir in NAVI_DATA_DIR."""
+    its workers see their own engine in DOCKER_HOST and their data dir in NAVI_DATA_DIR
+    (a path in that mount namespace: `engines.start_engine` made it)."""
     resources = json.dumps({NODE_RESOURCE: 1})
     env = ray_env(token_file, {"DOCKER_HOST": f"unix://{socket}", "NAVI_NODE_ID": node_id,
                                "NAVI_DATA_DIR": str(data_dir)})
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _run(["nsenter", f"--net=/run/netns/{netns}", f"--mount=/proc/{engine_pid}/ns/mnt",
           _ray_bin(), "start", f"--address={address}",
           f"--node-ip-address={ip}", f"--resources={resources}", f"--num-cpus={num_cpus}",

@@ -3,13 +3,20 @@
 Why: with a cluster, a session's files and containers live on one node; the control plane
 keeps the API, policy, audit and store and reaches the node only through this actor
 (`runtime.nodes.remote.RemoteNode` is its other end). It is the same hardened machinery as
-on one machine, reused as it is: `DockerBackend` (the node's engine from DOCKER_HOST, its
-images, warm pool, egress proxy, reaper) and `Workspaces` (session disks under the node's
-own data dir, the mount guard, idle release). Its egress proxies also refuse the cluster's
-own machines (`runtime.nodes.cluster_addresses`), read from Ray before it takes work.
+on one machine, started the same way (`runtime.nodes.machine.Machine`): `DockerBackend`
+(the node's engine from DOCKER_HOST, its images, warm pool, egress proxy, reaper) and
+`Workspaces` (session disks under the node's own data dir, the mount guard, idle release).
+Its egress proxies also refuse the cluster's own machines
+(`runtime.nodes.cluster_addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
-(no dashboard, no job API run). Errors go back as `Failed` values (`runtime.nodes.failures`).
+(no dashboard, no job API run), and even then trusts no request: each is the JSON of a
+`runtime.nodes.wire` model, validated here; it names the session and what to mount, and
+the agent resolves that to its own directories (a path named in a request is refused).
+A tool's code comes by content hash into the node's tool-object directory
+(`runtime.nodes.node_objects`). The tenant disk limits it was told are kept in its data
+dir (`tenant-limits.json`), so a disk mounted again after a restart is admitted against
+them. Errors go back as `Failed` values (`runtime.nodes.failures`).
 Files move in bounded chunks (`CHUNK`, `READ_CHUNK`): reads are a streaming generator,
 writes a handle fed numbered chunks (written in order), committed or aborted.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 import uuid
@@ -27,17 +35,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runtime.config import Settings
-from runtime.errors import AuditUnavailable, InvalidInput
+from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
 from runtime.nodes.cluster_addresses import ClusterAddresses
 from runtime.nodes.failures import Failed, packed
+from runtime.nodes.machine import Machine
+from runtime.nodes.node_objects import NodeObjects
+from runtime.nodes.wire import (
+    CreateDisk,
+    FileOp,
+    ReadOp,
+    RunOnNode,
+    Where,
+    WriteOpen,
+    parsed,
+)
 from runtime.sandbox.docker.backend import DockerBackend
-from runtime.sandbox.instance import load_instance_id
-from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
+from runtime.sandbox.models import ExecRequest, ExecResult, Mount, OutputChunk
 from runtime.streaming import Feed
-from runtime.workspace import AtomicWriter, Workspace, Workspaces
-from runtime.workspace.activity import call_on_loop, release_idle
-from runtime.workspace.tmpdir import Root
+from runtime.workspace import AtomicWriter, Workspace
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -72,13 +88,16 @@ class NodeAgent:
                  disks: bool | None = None) -> None:
         self.node_id = node_id
         self.settings = Settings() if data_dir is None else Settings(data_dir=Path(data_dir))
-        self.workspaces = Workspaces.from_settings(self.settings)
-        if disks is not None:
-            self.workspaces.disks.enabled = disks and self.workspaces.disks.enabled
-        self.backend = DockerBackend.from_settings(
-            self.settings, instance_id=load_instance_id(self.settings.data_dir), warm_pool=True)
+        self.machine = Machine(self.settings, disks=disks)  # as `navi serve` alone starts it
+        self.workspaces = self.machine.workspaces
+        backend = self.machine.docker
+        assert backend is not None  # a node always runs on its own engine
+        self.backend: DockerBackend = backend
         self.cluster_addresses = ClusterAddresses()
         self.backend.egress_denied = self.cluster_addresses
+        self.objects = NodeObjects(self.settings.data_dir / "tool-objects")
+        self._limits_file = self.settings.data_dir / "tenant-limits.json"
+        self._tenant_limits: dict[str, int] = {}
         self._uploads: dict[str, _Upload] = {}
         self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
@@ -91,21 +110,15 @@ class NodeAgent:
         if self._started is None:
             self._started = asyncio.ensure_future(self._start())
         await asyncio.shield(self._started)
-        return {"id": self.node_id, "workspaces_root": str(self.workspaces.root)}
+        return {"id": self.node_id}
 
     async def _start(self) -> None:
-        loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.cluster_addresses.refresh)  # before any call's egress
         self._background.append(asyncio.create_task(self.cluster_addresses.follow()))
-        await asyncio.to_thread(self.workspaces.start)
-        self.workspaces.drop_containers = lambda session_id: call_on_loop(
-            loop, lambda: self.backend.release_session(session_id))
-        self.backend.may_launch = self.workspaces.may_launch  # no refill for a released disk
-        await self.backend.start()
-        reaper = self.backend.reaper()
-        await reaper.reconcile_startup()
-        self._background += [reaper.start_periodic(self.settings.reaper_interval_s),
-                             asyncio.create_task(release_idle(self.workspaces))]
+        await asyncio.to_thread(self._load_limits)
+        await self.machine.open_disks()
+        self.machine.bind(self._tenant_limits.get)  # what its control plane last said
+        await self.machine.start_engine()
         log.info("node_agent_ready", node=self.node_id, data_dir=str(self.settings.data_dir),
                  pid=os.getpid(), disks=self.workspaces.disks.enabled)
 
@@ -116,8 +129,7 @@ class NodeAgent:
     async def close(self) -> None:
         for task in self._background:
             task.cancel()
-        await self.backend.close()
-        await asyncio.to_thread(self.workspaces.close)
+        await self.machine.close()
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | Failed:
         """A blocking disk or file operation on a worker thread; a `NaviError` as `Failed`."""
@@ -127,47 +139,68 @@ class NodeAgent:
         except Exception as exc:
             return packed(exc)
 
+    def _load_limits(self) -> None:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            found = json.loads(self._limits_file.read_text())
+            self._tenant_limits.update({t: int(v) for t, v in found.items()
+                                        if isinstance(v, int) and v > 0})
+
+    def _keep_limit(self, tenant_id: str, limit: int | None) -> None:
+        """The tenant's disk limit as its control plane last said it, kept across restarts."""
+        if limit is None or self._tenant_limits.get(tenant_id) == limit:
+            return
+        self._tenant_limits[tenant_id] = limit
+        tmp = self._limits_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._tenant_limits))
+        os.replace(tmp, self._limits_file)
+
     # -- session disks ------------------------------------------------------------------------
 
-    async def create(self, tenant_id: str, session_id: str, uid: int | None,
-                     disk_bytes: int | None, tenant_disk_bytes: int | None) -> str | Failed:
-        made = await self._call(self.workspaces.create, tenant_id, session_id, uid=uid,
-                                disk_bytes=disk_bytes, tenant_disk_bytes=tenant_disk_bytes)
-        return made if isinstance(made, Failed) else str(made)
+    async def create(self, payload: bytes) -> None | Failed:
+        def make() -> None:
+            disk = parsed(CreateDisk, payload)
+            self._keep_limit(disk.tenant, disk.tenant_disk_bytes)
+            self.workspaces.create(disk.tenant, disk.session, uid=disk.uid,
+                                   disk_bytes=disk.disk_bytes,
+                                   tenant_disk_bytes=disk.tenant_disk_bytes)
 
-    async def remove(self, tenant_id: str, session_id: str) -> bool | Failed:
-        return await self._call(self.workspaces.remove, tenant_id, session_id)
+        return await self._call(make)
 
-    async def verify(self, tenant_id: str, session_id: str) -> str | Failed:
-        found = await self._call(self.workspaces.verify, tenant_id, session_id)
-        return found if isinstance(found, Failed) else str(found)
+    async def remove(self, payload: bytes) -> bool | Failed:
+        def drop() -> bool:
+            where = parsed(Where, payload)
+            return self.workspaces.remove(where.tenant, where.session)
 
-    async def tmp_path(self, tenant_id: str, session_id: str) -> str | Failed:
-        found = await self._call(self.workspaces.tmp_path, tenant_id, session_id)
-        return found if isinstance(found, Failed) else str(found)
+        return await self._call(drop)
+
+    async def state(self, payload: bytes) -> str | Failed:
+        """`active` while the session's disk is mounted here (in use lately), else `idle`."""
+        try:
+            where = parsed(Where, payload)
+        except NaviError as exc:
+            return packed(exc)
+        return self.workspaces.state(where.tenant, where.session)
 
     # -- files --------------------------------------------------------------------------------
 
-    async def files(self, tenant_id: str, session_id: str, root: Root, op: str,
-                    *args: Any, **kwargs: Any) -> Any:
+    async def files(self, payload: bytes) -> Any:
         """One file operation (stat, list, usage_bytes, mkdir, delete, move, and the
         searches grep, glob, tree) on a freshly opened workspace, closed again."""
-        if op not in ("stat", "list", "usage_bytes", "mkdir", "delete", "move", "grep", "glob",
-                      "tree"):
-            return Failed("InvalidInput", f"no file operation {op!r}")
-
         def run() -> Any:
-            with self.workspaces.open(tenant_id, session_id, root=root) as ws:
-                return getattr(ws, op)(*args, **kwargs)
+            op = parsed(FileOp, payload)
+            with self.workspaces.open(op.tenant, op.session, root=op.root) as ws:
+                return getattr(ws, op.op)(*op.args, **op.kwargs)
 
         return await self._call(run)
 
-    async def read(self, tenant_id: str, session_id: str, root: Root, path: str,
-                   max_bytes: int | None = None) -> AsyncIterator[Any]:
+    async def read(self, payload: bytes) -> AsyncIterator[Any]:
         """Streaming: `(size, mtime)` first (or a `Failed`), then chunks of <= READ_CHUNK."""
         try:
             await self.ready()
-            ws = await asyncio.to_thread(self.workspaces.open, tenant_id, session_id, root=root)
+            op = parsed(ReadOp, payload)
+            path, max_bytes = op.path, op.max_bytes
+            ws = await asyncio.to_thread(self.workspaces.open, op.tenant, op.session,
+                                         root=op.root)
         except Exception as exc:
             yield packed(exc)
             return
@@ -187,16 +220,16 @@ class NodeAgent:
         finally:
             ws.close()
 
-    async def write_open(self, tenant_id: str, session_id: str, root: Root, path: str,
-                         expected_size: int | None, max_bytes: int | None
-                         ) -> tuple[str, str] | Failed:
+    async def write_open(self, payload: bytes) -> tuple[str, str] | Failed:
         """An upload: its handle and the path as shown; feed it with `write`."""
         self._sweep_uploads()
 
         def begin() -> tuple[str, str]:
-            ws = self.workspaces.open(tenant_id, session_id, root=root)
+            op = parsed(WriteOpen, payload)
+            ws = self.workspaces.open(op.tenant, op.session, root=op.root)
             try:
-                writer = ws.writer(path, expected_size=expected_size, max_bytes=max_bytes)
+                writer = ws.writer(op.path, expected_size=op.expected_size,
+                                   max_bytes=op.max_bytes)
             except BaseException:
                 ws.close()
                 raise
@@ -208,7 +241,9 @@ class NodeAgent:
 
     async def write(self, handle: str, seq: int, data: bytes) -> None | Failed:
         """Chunk number `seq` of an upload (they may arrive together: written in order)."""
-        upload = self._uploads.get(handle)
+        if not (isinstance(seq, int) and isinstance(data, bytes)):
+            return Failed("InvalidInput", "an upload chunk is a number and bytes")
+        upload = self._uploads.get(handle) if isinstance(handle, str) else None
         if upload is None:
             return Failed("NotFound", "no such upload (aborted, or idle too long)")
         async with upload.turn:
@@ -225,7 +260,7 @@ class NodeAgent:
 
     async def write_end(self, handle: str, commit: bool) -> Any:
         """Commit (the `FileEntry`) or abort an upload; its workspace is closed."""
-        upload = self._uploads.pop(handle, None)
+        upload = self._uploads.pop(handle, None) if isinstance(handle, str) else None
         if upload is None:
             return Failed("NotFound", "no such upload (aborted, or idle too long)")
         failed = upload.failed
@@ -255,39 +290,72 @@ class NodeAgent:
 
     # -- calls --------------------------------------------------------------------------------
 
-    async def run(self, request: ExecRequest, gated: bool = False
-                  ) -> AsyncIterator[list[OutputChunk | ExecResult] | Failed]:
+    async def run(self, payload: bytes) -> AsyncIterator[list[OutputChunk | ExecResult] | Failed]:
         """Streaming: the call's output as it comes, then its `ExecResult` (or a `Failed`),
         in batches: what comes within `COALESCE_S` of a chunk goes in one message (a quick
-        call is one message: its output and its result). `gated`: the container is
-        prepared, and nothing runs in it until `open_gate(exec_id, True)` says the call's
-        audit intent is durable on the control plane (False: removed, nothing ran).
-        Closing the stream early kills the call."""
+        call is one message: its output and its result). The request (`RunOnNode`) names
+        what to mount; the paths are this node's. `gated`: the container is prepared, and
+        nothing runs in it until `open_gate(exec_id, True)` says the call's audit intent is
+        durable on the control plane (False: removed, nothing ran). Closing the stream
+        early kills the call."""
         lease: Workspace | None = None
         call: asyncio.Task[ExecResult] | None = None
-        gate = self._gate(request.exec_id) if gated else None
+        exec_id: str | None = None
         try:
             await self.ready()
+            wanted = parsed(RunOnNode, payload)
+            exec_id = wanted.request.exec_id
+            gate = self._gate(exec_id) if wanted.gated else None
+            request = await asyncio.to_thread(self._resolve, wanted)
             if request.workspace is not None or request.tmp is not None:
-                lease = await self._lease(request)
+                lease = await asyncio.to_thread(self.workspaces.open, request.tenant,
+                                                request.session)
             output: Feed[OutputChunk] = Feed()
             call = output.follow(asyncio.create_task(
                 self.backend.run(request, output.put, before_start=gate)))
             async for batch, last in output.batches(COALESCE_S):
                 if last:
-                    yield [*batch, call.result()]
+                    yield [*batch, self._relative(request, call.result())]
                     return
                 yield list(batch)
         except Exception as exc:
             yield packed(exc)
         finally:
-            self._gates.pop(request.exec_id, None)
+            if exec_id is not None:
+                self._gates.pop(exec_id, None)
             if call is not None and not call.done():
                 call.cancel()
                 with contextlib.suppress(BaseException):
                     await call
             if lease is not None:
                 lease.close()
+
+    def _resolve(self, wanted: RunOnNode) -> ExecRequest:
+        """The call with this node's paths: its own session's workspace and /tmp, and the
+        tool objects it names from this node's object directory (kept first if sent)."""
+        request = wanted.call()
+        tenant, session = request.tenant, request.session
+        mounts = []
+        for obj in wanted.objects:
+            source = (self.objects.put(obj.sha256, obj.data) if obj.data is not None
+                      else self.objects.get(obj.sha256))
+            mounts.append(Mount(source=source, target=obj.target, read_only=True))
+        return request.model_copy(update={
+            "workspace": None if request.workspace is None
+            else self.workspaces.path(tenant, session),
+            "tmp": None if request.tmp is None else self.workspaces.tmp_path(tenant, session),
+            "mounts": mounts})
+
+    def _relative(self, request: ExecRequest, result: ExecResult) -> ExecResult:
+        """Artifacts named relative to the session's directory, never by a path here."""
+        if not result.artifacts:
+            return result
+        base = self.workspaces.session_dir(request.tenant, request.session)
+        shown = []
+        for found in map(Path, result.artifacts):
+            shown.append(str(found.relative_to(base)) if found.is_relative_to(base)
+                         else f"artifacts/{found.name}")
+        return result.model_copy(update={"artifacts": shown})
 
     def _gate(self, exec_id: str) -> asyncio.Future[None]:
         """The call's start gate, made by whichever of `run` and `open_gate` comes first."""
@@ -308,21 +376,11 @@ class NodeAgent:
                 gate.set_exception(AuditUnavailable("the call's audit intent was not written"))
         asyncio.get_running_loop().call_later(GATE_KEPT_S, self._gates.pop, exec_id, None)
 
-    async def _lease(self, request: ExecRequest) -> Workspace:
-        """The session's disk mounted (and kept so for the call) and its paths checked: a
-        call mounts only its own session's workspace and /tmp from this node's disks."""
-        tenant, session = request.tenant, request.session
-        ws = await asyncio.to_thread(self.workspaces.open, tenant, session)
-        wanted = {request.workspace: self.workspaces.path(tenant, session),
-                  request.tmp: self.workspaces.tmp_path(tenant, session)}
-        if any(given is not None and given != path for given, path in wanted.items()):
-            ws.close()
-            raise InvalidInput("a call may mount only its own session's files")
-        return ws
-
     async def kill(self, exec_id: str) -> None:
-        await self.backend.kill(exec_id)
+        if isinstance(exec_id, str):
+            await self.backend.kill(exec_id)
 
     async def release_session(self, session_id: str) -> None:
-        with contextlib.suppress(Exception):
-            await self.backend.release_session(session_id)
+        if isinstance(session_id, str):
+            with contextlib.suppress(Exception):
+                await self.backend.release_session(session_id)

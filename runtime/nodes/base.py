@@ -116,10 +116,15 @@ class SessionNode(Protocol):
         ...
 
     def tmp_path(self, tenant_id: str, session_id: str) -> Path:
-        """The session's /tmp directory on the node (no I/O)."""
+        """The session's /tmp directory on the node (no I/O). A remote node returns names
+        (`runtime.nodes.wire.SESSION_TMP`) that its agent resolves, never its paths."""
         ...
 
     def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
              ) -> OpenFiles:
         """The session's files under its workspace, or its /tmp (`root="tmp"`)."""
+        ...
+
+    def state(self, tenant_id: str, session_id: str) -> str:
+        """`active` while the session's disk is mounted on the node, else `idle`."""
         ...

@@ -45,5 +45,8 @@ class LocalNode:
     def tmp_path(self, tenant_id: str, session_id: str) -> Path:
         return self.workspaces.tmp_path(tenant_id, session_id)
 
+    def state(self, tenant_id: str, session_id: str) -> str:
+        return self.workspaces.state(tenant_id, session_id)
+
     def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace") -> Workspace:
         return self.workspaces.open(tenant_id, session_id, root=root)

@@ -54,6 +54,17 @@ class Nodes:
             return self.local
         return self.get(await self.lookup(tenant_id, session_id))
 
+    async def state_of(self, record: SessionRecord) -> str:
+        """The session's `state` as its node says it (a hop for a remote node; `idle`
+        while its node is unavailable: nothing of it is mounted anywhere we can see)."""
+        try:
+            node = self.for_session(record)
+            if node is self.local:
+                return node.state(record.tenant_id, record.id)
+            return await asyncio.to_thread(node.state, record.tenant_id, record.id)
+        except NodeUnavailable:
+            return "idle"
+
     def add(self, node: SessionNode) -> None:
         self._nodes[node.id] = node
 

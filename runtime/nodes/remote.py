@@ -3,13 +3,11 @@
 Why: the control plane keeps API, policy, audit and store; a session that lives on another
 machine has its disk, files and containers there, in that node's agent
 (`runtime.nodes.agent.NodeAgent`). `RemoteNode` is the same interface as `LocalNode`, so no
-caller knows the difference.
+caller knows the difference. Nothing of the node's file system crosses the hop: requests
+are the JSON of `runtime.nodes.wire` models naming the session and what to mount; a file a
+call mounts (a user tool's copy) travels by its content hash, its bytes only the first time.
 
-- Files: every operation is one actor call (the agent opens the workspace, does it, closes
-  it); reads stream in chunks of <= 1 MiB (a streaming generator, at most READ_AHEAD chunks
-  ahead), writes go in chunks of <= 1 MiB to an upload handle (at most WRITE_AHEAD in
-  flight, written in order there), then commit or abort. (64 KiB chunks, which Ray passes
-  inline, were no faster: each is a task on the node, ≈ 1 ms under load.)
+- Files: `runtime.nodes.remote_files` (one actor call per operation, chunked streams).
 - Calls: the job is sent at once with a start gate; the node prepares the container (image,
   spec, warm take) while the write-ahead audit intent is written here, and runs nothing in
   it until `open_gate(exec_id, True)`, sent only once the intent is durable (False: the
@@ -17,8 +15,7 @@ caller knows the difference.
   one machine, for one more message. The node streams the output back as it comes, then
   the result. The node's after-call work does not wait for the outcome record (`settled`
   stays on this side).
-- A dead or unreachable agent is `NodeUnavailable` (503, naming the node) from every method,
-  after `on_lost(node_id)` so the cluster stops sending work there at once.
+- A dead or unreachable agent is `NodeUnavailable` (`runtime.nodes.hop`).
 
 Blocking methods (disk, files) call `ray.get` and must run on a worker thread, as
 `Workspaces` always did; the backend is async (ObjectRefs are awaited).
@@ -28,298 +25,66 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+import hashlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import ray
-import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from runtime.errors import NodeUnavailable
-from runtime.nodes.agent import CHUNK, NodeAgent, actor_name
-from runtime.nodes.failures import Failed, raise_failed
+from runtime.errors import InvalidInput
+from runtime.nodes.agent import NodeAgent, actor_name
+from runtime.nodes.hop import LOST, Hop, wire
+from runtime.nodes.remote_files import RemoteFiles
+from runtime.nodes.wire import (
+    MAX_OBJECT_BYTES,
+    SESSION_TMP,
+    SESSION_WORKSPACE,
+    CreateDisk,
+    ObjectMount,
+    RunOnNode,
+    Where,
+)
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
-from runtime.store.ids import check_session_id, check_tenant_id
-from runtime.workspace.disk import WORKSPACE
-from runtime.workspace.models import FileEntry, FileStat
-from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult
-from runtime.workspace.tmpdir import TMP, Root
+from runtime.workspace.tmpdir import Root
 
-T = TypeVar("T")
 NAMESPACE = "navi"
-OP_TIMEOUT_S = 60.0  # a file or disk operation the node does not answer in this is lost
-READ_AHEAD = 4  # chunks a read may run ahead of its reader (4 MiB)
-WRITE_AHEAD = 4  # chunks an upload may have in flight (4 MiB)
-LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
-        ray.exceptions.GetTimeoutError, ray.exceptions.ObjectLostError,
-        ray.exceptions.NodeDiedError, ray.exceptions.RaySystemError, ConnectionError)
-
-
-class _Link:
-    """The actor handle, its node id and what a failure of either means."""
-
-    def __init__(self, node_id: str, actor: Any,
-                 on_lost: Callable[[str], None] | None) -> None:
-        self.node_id = node_id
-        self.actor = actor
-        self.on_lost = on_lost
-
-    def lost(self, exc: BaseException) -> NodeUnavailable:
-        if self.on_lost is not None:
-            with contextlib.suppress(Exception):
-                self.on_lost(self.node_id)
-        return NodeUnavailable(self.node_id, f"node {self.node_id} is unavailable "
-                               f"({type(exc).__name__})")
-
-    def get(self, ref: Any) -> Any:
-        """Wait for one answer (blocking); a `Failed` is raised as what it was."""
-        try:
-            value = ray.get(ref, timeout=OP_TIMEOUT_S)
-        except LOST as exc:
-            raise self.lost(exc) from None
-        if isinstance(value, Failed):
-            raise_failed(value)
-        return value
-
-    async def wait(self, ref: Awaitable[Any]) -> Any:
-        try:
-            value = await ref
-        except LOST as exc:
-            raise self.lost(exc) from None
-        if isinstance(value, Failed):
-            raise_failed(value)
-        return value
-
-
-class RemoteReader:
-    """`ReadStream` over the agent's streaming `read`: size and mtime first, then chunks."""
-
-    def __init__(self, link: _Link, stream: Any) -> None:
-        self._link = link
-        self._stream = stream
-        self._left = b""
-        self._done = False
-        self.size, self.mtime = link.get(next(stream))  # raises the agent's error, if any
-
-    def _next(self) -> bytes:
-        if self._done:
-            return b""
-        try:
-            ref = next(self._stream)
-        except StopIteration:
-            self._done = True
-            return b""
-        chunk: bytes = self._link.get(ref)
-        return chunk
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            if self._left:
-                yield self._left
-                self._left = b""
-            while chunk := self._next():
-                yield chunk
-        finally:
-            self.close()
-
-    def read(self, n: int = -1) -> bytes:
-        out = bytearray(self._left)
-        self._left = b""
-        while n < 0 or len(out) < n:
-            chunk = self._next()
-            if not chunk:
-                break
-            out += chunk
-        if 0 <= n < len(out):
-            self._left = bytes(out[n:])
-            del out[n:]
-        return bytes(out)
-
-    def close(self) -> None:
-        if not self._done:
-            self._done = True
-            with contextlib.suppress(Exception):
-                ray.cancel(self._stream)
-
-    def __enter__(self) -> RemoteReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class RemoteWriter:
-    """`WriteStream` to an upload handle on the agent, sent in chunks of <= CHUNK bytes."""
-
-    def __init__(self, link: _Link, handle: str, shown: str) -> None:
-        self._link = link
-        self._handle = handle
-        self.shown = shown
-        self._buffer = bytearray()
-        self._open = True
-        self._seq = 0
-        self._flying: deque[Any] = deque()  # chunks sent, not yet answered
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._buffer += data
-        while len(self._buffer) >= CHUNK:
-            self._send(bytes(self._buffer[:CHUNK]))
-            del self._buffer[:CHUNK]
-
-    def _send(self, data: bytes) -> None:
-        """Sent without waiting (the agent writes them in order); at most WRITE_AHEAD wait
-        for their answer, the first error is raised here or at commit."""
-        self._flying.append(self._link.actor.write.remote(self._handle, self._seq, data))
-        self._seq += 1
-        while len(self._flying) > WRITE_AHEAD:
-            self._settle()
-
-    def _settle(self) -> None:
-        try:
-            self._link.get(self._flying.popleft())
-        except BaseException:
-            self._flying.clear()
-            raise
-
-    def commit(self) -> FileEntry:
-        if self._buffer:
-            self._send(bytes(self._buffer))
-            self._buffer.clear()
-        while self._flying:
-            self._settle()
-        self._open = False
-        entry: FileEntry = self._link.get(self._link.actor.write_end.remote(self._handle, True))
-        return entry
-
-    def abort(self) -> None:
-        if self._open:
-            self._open = False
-            self._link.get(self._link.actor.write_end.remote(self._handle, False))
-
-    def __enter__(self) -> RemoteWriter:
-        return self
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is not None:
-            with contextlib.suppress(Exception):
-                self.abort()
-        elif self._open:
-            self.commit()
-
-
-class RemoteFiles:
-    """`OpenFiles` of one session on a node: each method one actor call (or a stream)."""
-
-    def __init__(self, link: _Link, tenant_id: str, session_id: str, root: Root) -> None:
-        self._link = link
-        self._where = (tenant_id, session_id, root)
-
-    def _op(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        return self._link.get(self._link.actor.files.remote(*self._where, op, *args, **kwargs))
-
-    def stat(self, path: str) -> FileStat:
-        found: FileStat = self._op("stat", path)
-        return found
-
-    def list(self, path: str = "") -> list[FileEntry]:
-        found: list[FileEntry] = self._op("list", path)
-        return found
-
-    def usage_bytes(self) -> int:
-        return int(self._op("usage_bytes"))
-
-    def mkdir(self, path: str) -> FileStat:
-        made: FileStat = self._op("mkdir", path)
-        return made
-
-    def delete(self, path: str) -> None:
-        self._op("delete", path)
-
-    def move(self, src: str, dst: str, *, overwrite: bool = False) -> FileStat:
-        moved: FileStat = self._op("move", src, dst, overwrite=overwrite)
-        return moved
-
-    def grep(self, pattern: str, path: str = "", *, glob: str | None = None,
-             ignore_case: bool = False, max_results: int = 100,
-             limits: SearchLimits | None = None) -> GrepResult:
-        found: GrepResult = self._op("grep", pattern, path, glob=glob, ignore_case=ignore_case,
-                                     max_results=max_results, limits=limits)
-        return found
-
-    def glob(self, pattern: str, path: str = "", *, max_results: int = 500,
-             limits: SearchLimits | None = None) -> GlobResult:
-        found: GlobResult = self._op("glob", pattern, path, max_results=max_results,
-                                     limits=limits)
-        return found
-
-    def tree(self, path: str = "", *, depth: int = 3, max_entries: int = 1000,
-             limits: SearchLimits | None = None) -> TreeResult:
-        found: TreeResult = self._op("tree", path, depth=depth, max_entries=max_entries,
-                                     limits=limits)
-        return found
-
-    def open_read(self, path: str, *, max_bytes: int | None = None) -> RemoteReader:
-        stream: Any = self._link.actor.read.options(
-            num_returns="streaming", _generator_backpressure_num_objects=READ_AHEAD,
-        ).remote(*self._where, path, max_bytes)
-        try:
-            return RemoteReader(self._link, stream)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                ray.cancel(stream)
-            raise
-
-    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        with self.open_read(path, max_bytes=max_bytes) as reader:
-            return reader.read()
-
-    def writer(self, path: str, *, expected_size: int | None = None,
-               max_bytes: int | None = None) -> RemoteWriter:
-        handle, shown = self._link.get(self._link.actor.write_open.remote(
-            *self._where, path, expected_size, max_bytes))
-        return RemoteWriter(self._link, handle, shown)
-
-    def write_bytes(self, path: str, data: bytes | bytearray | Iterable[bytes], *,
-                    max_bytes: int | None = None) -> FileEntry:
-        chunks = [data] if isinstance(data, bytes | bytearray) else data
-        writer = self.writer(path, max_bytes=max_bytes)
-        try:
-            for chunk in chunks:
-                writer.write(chunk)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                writer.abort()
-            raise
-        return writer.commit()
-
-    def close(self) -> None:
-        """Nothing is held here: each operation opened and closed the workspace there."""
-
-    def __enter__(self) -> RemoteFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class RemoteBackend:
     """`SandboxBackend` of a node: runs go to its agent, output streams back."""
 
-    def __init__(self, link: _Link) -> None:
-        self._link = link
+    def __init__(self, hop: Hop) -> None:
+        self._hop = hop
+        self._held: set[str] = set()  # objects the node has (sent with a call that ran)
+
+    async def _objects(self, request: ExecRequest) -> list[ObjectMount]:
+        """The call's read-only file mounts as content hashes; their bytes only while the
+        node may not have them yet."""
+        if not request.mounts:
+            return []
+        found = await asyncio.to_thread(_read_all, [m.source for m in request.mounts])
+        out = []
+        for mount, data in zip(request.mounts, found, strict=True):
+            if not mount.read_only:
+                raise InvalidInput(f"extra mount {mount.target!r} must be read-only")
+            sha = hashlib.sha256(data).hexdigest()
+            out.append(ObjectMount(sha256=sha, target=mount.target,
+                                   data=None if sha in self._held else data))
+        return out
 
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
         before_start: Awaitable[object] | None = None,
         settled: Awaitable[object] | None = None,
     ) -> ExecResult:
-        link = self._link
+        link = self._hop
         gated = before_start is not None
+        call = RunOnNode.of(request, await self._objects(request), gated)
         try:
-            stream: Any = link.actor.run.options(num_returns="streaming").remote(request, gated)
+            stream: Any = link.actor.run.options(num_returns="streaming").remote(wire(call))
         except LOST as exc:
             raise link.lost(exc) from None
         if before_start is not None:  # the node prepares meanwhile; nothing runs before:
@@ -344,6 +109,7 @@ class RemoteBackend:
                         if on_output is not None:
                             await on_output(item)
                     elif isinstance(item, ExecResult):
+                        self._held.update(o.sha256 for o in call.objects)
                         return item
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
@@ -352,57 +118,72 @@ class RemoteBackend:
         raise link.lost(RuntimeError("the run ended without a result"))
 
     async def kill(self, exec_id: str) -> None:
-        await self._link.wait(self._link.actor.kill.remote(exec_id))
+        await self._hop.wait(self._hop.actor.kill.remote(exec_id))
 
     async def release_session(self, session: str) -> None:
-        await self._link.wait(self._link.actor.release_session.remote(session))
+        await self._hop.wait(self._hop.actor.release_session.remote(session))
 
     async def close(self) -> None:
         """The agent outlives this control plane: nothing to close."""
 
 
 class RemoteNode:
-    """`SessionNode` of a node agent (`agent_for` finds or makes one)."""
+    """`SessionNode` of a node agent (`agent_for` finds or makes one). It knows nothing of
+    the node's directories: `verify` and `tmp_path` return names the agent resolves."""
 
-    def __init__(self, node_id: str, actor: Any, workspaces_root: Path, *,
+    def __init__(self, node_id: str, actor: Any, *,
                  on_lost: Callable[[str], None] | None = None) -> None:
-        self._link = _Link(node_id, actor, on_lost)
-        self._backend = RemoteBackend(self._link)
-        self.workspaces_root = workspaces_root
+        self._hop = Hop(node_id, actor, on_lost)
+        self._backend = RemoteBackend(self._hop)
 
     @property
     def id(self) -> str:
-        return self._link.node_id
+        return self._hop.node_id
 
     @property
     def backend(self) -> RemoteBackend:
         return self._backend
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._link.get(getattr(self._link.actor, method).remote(*args, **kwargs))
-
     def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
                disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
-        return Path(self._call("create", tenant_id, session_id, uid, disk_bytes,
-                               tenant_disk_bytes))
+        self._hop.call("create", wire(CreateDisk(
+            tenant=tenant_id, session=session_id, uid=uid, disk_bytes=disk_bytes,
+            tenant_disk_bytes=tenant_disk_bytes)))
+        return SESSION_WORKSPACE
 
     def remove(self, tenant_id: str, session_id: str) -> bool:
-        return bool(self._call("remove", tenant_id, session_id))
-
-    def _session_dir(self, tenant_id: str, session_id: str) -> Path:
-        return self.workspaces_root / check_tenant_id(tenant_id) / check_session_id(session_id)
+        return bool(self._hop.call("remove", wire(Where(tenant=tenant_id, session=session_id))))
 
     def verify(self, tenant_id: str, session_id: str) -> Path:
-        """The workspace's path on the node, no hop: the agent verifies it (and mounts the
+        """The workspace's name, no hop: the agent resolves and verifies it (and mounts the
         disk) itself before a call runs with it."""
-        return self._session_dir(tenant_id, session_id) / WORKSPACE
+        Where(tenant=tenant_id, session=session_id)  # malformed ids fail here already
+        return SESSION_WORKSPACE
 
     def tmp_path(self, tenant_id: str, session_id: str) -> Path:
-        return self._session_dir(tenant_id, session_id) / TMP
+        Where(tenant=tenant_id, session=session_id)
+        return SESSION_TMP
+
+    def state(self, tenant_id: str, session_id: str) -> str:
+        """`active` while the session's disk is mounted on its node, else `idle`."""
+        return str(self._hop.call("state", wire(Where(tenant=tenant_id, session=session_id))))
 
     def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
              ) -> RemoteFiles:
-        return RemoteFiles(self._link, tenant_id, session_id, root)
+        return RemoteFiles(self._hop, tenant_id, session_id, root)
+
+
+def _read_all(paths: list[Path]) -> list[bytes]:
+    """Files this side mounts into a call (a user tool's copy), read to travel by hash."""
+    out = []
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read(MAX_OBJECT_BYTES + 1)
+        if len(data) > MAX_OBJECT_BYTES:
+            raise InvalidInput(f"a file a call mounts on a node is at most {MAX_OBJECT_BYTES} "
+                               "bytes")
+        out.append(data)
+    return out
 
 
 def agent_for(node_id: str, ray_node_id: str, *, on_lost: Callable[[str], None] | None = None,
@@ -415,6 +196,5 @@ def agent_for(node_id: str, ray_node_id: str, *, on_lost: Callable[[str], None] 
         get_if_exists=True, num_cpus=0, resources={"navi_node": 0.01}, max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
     ).remote(node_id, data_dir, disks)
-    link = _Link(node_id, actor, on_lost)
-    info = link.get(actor.ready.remote())
-    return RemoteNode(node_id, actor, Path(info["workspaces_root"]), on_lost=on_lost)
+    Hop(node_id, actor, on_lost).get(actor.ready.remote())
+    return RemoteNode(node_id, actor, on_lost=on_lost)

@@ -133,6 +133,40 @@ def test_files_cross_the_hop_both_ways(plane: Plane, made: list[dict[str, Any]])
     assert {"data/in.txt", "sum.txt"} <= paths
 
 
+TOOL = ('name = "where"\ndescription = "d"\nparameters = {"type": "object"}\n'
+        "async def execute(params):\n    return open('data/in.txt').read().split()[0]\n")
+
+
+def test_a_user_tool_runs_on_the_sessions_node(
+    plane: Plane, made: list[dict[str, Any]]
+) -> None:
+    """The tool's code reaches n2 by its hash (the node keeps it in its own tool-object
+    directory) and runs there next to the session's files."""
+    session = made[1]["id"]  # on n2, where data/in.txt is
+    with httpx.Client(base_url=plane.server.url, timeout=120,
+                      headers={"Authorization": f"Bearer {plane.user}"}) as client:
+        wrote = client.post(f"/v1/sessions/{session}/exec", json={
+            "tool": "write_tool", "args": {"name": "where", "code": TOOL}})
+        assert wrote.status_code == 200 and wrote.json()["ok"], wrote.text
+        ran = client.post(f"/v1/sessions/{session}/exec", json={
+            "tool": "test_tool", "args": {"name": "where"}})
+    assert ran.status_code == 200, ran.text
+    body = ran.json()
+    assert body["ok"] and body["output"] == "3" and body["node"] == "n2", body
+
+
+def test_a_sessions_state_comes_from_its_node(
+    plane: Plane, made: list[dict[str, Any]]
+) -> None:
+    """Used a moment ago on n2: `active` there (its disk is mounted on n2), whatever the
+    control plane's own disks say."""
+    session = made[1]["id"]
+    with plane.server.client(plane.user) as client:
+        one = client.get(f"/v1/sessions/{session}").json()
+        listed = {s["id"]: s["state"] for s in client.get("/v1/sessions").json()}
+    assert one["state"] == "active" and listed[session] == "active", one
+
+
 def test_the_operator_lists_the_nodes_and_no_one_else(
     plane: Plane, made: list[dict[str, Any]]
 ) -> None:

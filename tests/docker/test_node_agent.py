@@ -10,6 +10,7 @@ node's warm pool. The last test kills n2's agent: n2 is then `NodeUnavailable`, 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -17,12 +18,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from runtime.errors import InvalidInput, InvalidPath, NodeUnavailable, NotFound, PayloadTooLarge
-from runtime.sandbox.models import ExecRequest, ExecResult, Limits, OutputChunk
+from runtime.nodes.wire import ObjectMount, RunOnNode
+from runtime.sandbox.models import ExecRequest, ExecResult, Limits, Mount, OutputChunk
 from runtime.store.ids import new_session_id, new_tenant_id
 from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
 from tests.docker.node_plane import joined
@@ -65,6 +68,28 @@ def node_engine(cluster: Cluster, node_id: str, *args: str) -> str:
     sock = next(n["socket"] for n in cluster.state["nodes"] if n["id"] == node_id)
     return subprocess.run(["docker", "-H", f"unix://{sock}", *args], capture_output=True,
                           text=True, check=True, timeout=60).stdout
+
+
+def node_data(cluster: Cluster, node_id: str) -> Path:
+    """The node's data dir as this test (root, on the host) reaches it."""
+    return Path(cluster.dir) / "nodes" / node_id / "navi"
+
+
+def test_a_nodes_data_dir_is_not_the_control_planes(
+        session: tuple[RemoteNode, str, str], cluster: Cluster) -> None:
+    """The node keeps its files under `NODE_DATA` in its own mount namespace: there the
+    session's directory is, here (the control plane's namespace) that path is not; so a
+    node path that leaked here, or a path of ours sent there, fails as across machines."""
+    from runtime.cluster.engines import NODE_DATA
+
+    node, tenant, _sid = session
+    engine = int((Path(next(n["run_dir"] for n in cluster.state["nodes"]
+                            if n["id"] == node.id)) / "docker.pid").read_text())
+    there = subprocess.run(["nsenter", f"--mount=/proc/{engine}/ns/mnt", "ls",
+                            str(NODE_DATA / "workspaces" / tenant)],
+                           capture_output=True, text=True, timeout=30)
+    assert there.returncode == 0 and there.stdout.strip(), there.stderr
+    assert not (NODE_DATA / "workspaces" / tenant).exists()  # not in this namespace
 
 
 def test_files_cross_the_hop_in_chunks(session: tuple[RemoteNode, str, str]) -> None:
@@ -230,16 +255,87 @@ async def test_the_nodes_warm_pool_serves_the_session(
     assert warm() == []
 
 
-async def test_a_call_mounts_only_its_own_sessions_files(
+def _raw_run(node: RemoteNode, payload: object) -> list[Any]:
+    """A request straight to the agent's `run`, as anyone holding the cluster token could
+    send it (not through `RemoteBackend`): what comes back, a `Failed` raised."""
+    stream: Any = node._hop.actor.run.options(num_returns="streaming").remote(payload)
+    return [item for ref in stream for item in node._hop.get(ref)]
+
+
+def _forged(call: ExecRequest, **request: Any) -> bytes:
+    """`RunOnNode` JSON with the request's fields replaced past its validation."""
+    body = json.loads(RunOnNode.of(call, [], False).model_dump_json())
+    body["request"].update(request)
+    return json.dumps(body).encode()
+
+
+async def test_a_forged_request_naming_a_path_is_refused(
         session: tuple[RemoteNode, str, str]) -> None:
+    """The agent validates every request (JSON, pydantic) and mounts only from its own
+    directories: a path outside them, another session's, or a pickled object is refused
+    before anything runs."""
     node, tenant, sid = session
     other_tenant, other = new_tenant_id(), new_session_id()
     node.create(other_tenant, other)
     node.open(other_tenant, other).write_bytes("secret.txt", b"not yours")
-    call = request(node, tenant, sid, ["cat", "/workspace/secret.txt"]).model_copy(
-        update={"workspace": node.verify(other_tenant, other)})
-    with pytest.raises(InvalidInput, match="only its own session"):
-        await node.backend.run(call)
+    call = request(node, tenant, sid, ["sh", "-c", "cat /opt/x/passwd /workspace/secret.txt;"
+                                       " echo ran > /workspace/forged.txt"])
+    forged = [
+        _forged(call, mounts=[{"source": "/etc", "target": "/opt/x", "read_only": True}]),
+        _forged(call, workspace="/etc"),
+        _forged(call, tmp="/etc"),
+        _forged(call, workspace=f"/{other_tenant}/{other}/workspace"),
+        _forged(call, session=other, tenant=other_tenant, workspace="/etc"),
+    ]
+    for payload in forged:
+        with pytest.raises(InvalidInput, match="refused node request"):
+            _raw_run(node, payload)
+    with pytest.raises(InvalidInput, match="JSON"):  # the old trusted pickle
+        _raw_run(node, call.model_copy(update={"mounts": [Mount(source=Path("/etc/passwd"),
+                                                                 target="/opt/x/passwd")]}))
+    with pytest.raises(NotFound, match="tool object"):  # a hash the node never got
+        _raw_run(node, RunOnNode.of(call, [ObjectMount(sha256="0" * 64, target="/opt/x")],
+                                    False).model_dump_json().encode())
+    with pytest.raises(InvalidInput, match="hash"):  # bytes that are not what they claim
+        _raw_run(node, RunOnNode.of(call, [ObjectMount(sha256="0" * 64, target="/opt/x",
+                                                       data=b"x")], False)
+                 .model_dump_json().encode())
+    with pytest.raises(NotFound):
+        node.open(tenant, sid).stat("forged.txt")  # nothing ran
+
+
+async def test_results_name_session_paths_only(session: tuple[RemoteNode, str, str]) -> None:
+    """A truncated call's full output is kept on the node; the result names it relative to
+    the session, never by the node's host path."""
+    node, tenant, sid = session
+    call = request(node, tenant, sid, ["python3", "-c", "print('x' * 5000)"])
+    call = call.model_copy(update={"limits": Limits(timeout_s=30, output_bytes=1024)})
+    result = await node.backend.run(call)
+    assert result.truncated and result.artifacts, result
+    assert all(not a.startswith("/") and ".." not in a for a in result.artifacts), result
+    assert result.artifacts[0] == f"artifacts/{call.exec_id}.stdout"
+
+
+async def test_a_mounted_file_travels_by_its_hash(
+        session: tuple[RemoteNode, str, str], tmp_path: Path, cluster: Cluster) -> None:
+    """A user tool's copy on the control plane reaches the node by content hash: the first
+    call carries its bytes, the node keeps them in its own tool-object directory, and the
+    next call names the hash only."""
+    node, tenant, sid = session
+    code = b"print('tool code ' + str(6 * 7))\n# " + os.urandom(8).hex().encode() + b"\n"
+    copy = tmp_path / "copy.py"  # a path only this side has
+    copy.write_bytes(code)
+    sha = hashlib.sha256(code).hexdigest()
+    mounts = [Mount(source=copy, target="/opt/navi/tool.py")]
+    first = await node.backend.run(request(node, tenant, sid, ["cat", "/opt/navi/tool.py"],
+                                           mounts=mounts))
+    assert first.exit_code == 0 and first.stdout == code, first.stderr
+    kept = node_data(cluster, node.id) / "tool-objects" / sha
+    assert kept.read_bytes() == code
+    assert sha in node.backend._held  # the next call names the hash only
+    second = await node.backend.run(request(node, tenant, sid,
+                                            ["python3", "/opt/navi/tool.py"], mounts=mounts))
+    assert second.exit_code == 0 and second.stdout == b"tool code 42\n", second.stderr
 
 
 def test_a_session_removed_on_its_node_is_gone(session: tuple[RemoteNode, str, str]) -> None:
@@ -254,8 +350,9 @@ async def test_a_dead_agent_is_node_unavailable_and_only_its_node(
         plane: dict[str, RemoteNode], cluster: Cluster) -> None:
     n1, n2 = plane["n1"], plane["n2"]
     tenant, sid = new_tenant_id(), new_session_id()
-    n2.create(tenant, sid)
-    pid = n2._link.get(n2._link.actor.pid.remote())
+    n2.create(tenant, sid, disk_bytes=64 * MiB, tenant_disk_bytes=64 * MiB)
+    LIMITED.append(tenant)
+    pid = n2._hop.get(n2._hop.actor.pid.remote())
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(NodeUnavailable) as caught:
         n2.open(tenant, sid).list()
@@ -266,3 +363,25 @@ async def test_a_dead_agent_is_node_unavailable_and_only_its_node(
     other_tenant, other = new_tenant_id(), new_session_id()
     n1.create(other_tenant, other)
     assert n1.open(other_tenant, other).list() == []  # n1 goes on
+
+
+LIMITED: list[str] = []  # the tenant the dead agent was told a 64 MiB disk limit for
+
+
+def test_a_restarted_agent_keeps_its_tenants_disk_limits(
+        plane: dict[str, RemoteNode], cluster: Cluster) -> None:
+    """n2's agent comes back (made again, as the control plane does when a node returns):
+    a disk made there for the tenant is admitted against the limit the dead agent was told,
+    not unlimited until the control plane says it again."""
+    from runtime.cluster import link
+    from runtime.errors import DiskQuotaExceeded
+    from runtime.nodes.remote import agent_for
+
+    [tenant] = LIMITED
+    ray_id = next(n.ray_id for n in link.nodes() if n.id == "n2")
+    n2 = agent_for("n2", ray_id)  # this process is still joined (the module's plane)
+    assert n2.state(tenant, new_session_id()) == "idle"
+    if not list((node_data(cluster, "n2") / "workspaces" / tenant).glob("*.img")):
+        pytest.skip("the node has no session disks (no loop devices): no disk quota")
+    with pytest.raises(DiskQuotaExceeded):
+        n2.create(tenant, new_session_id(), disk_bytes=64 * MiB)

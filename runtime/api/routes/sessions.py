@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-def _out(record: SessionRecord, services: Services) -> SessionOut:
+async def _out(record: SessionRecord, services: Services) -> SessionOut:
     return SessionOut(id=record.id, profile=record.profile, title=record.title,
-                      state=services.workspaces.state(record.tenant_id, record.id),
+                      state=await services.nodes.state_of(record),
                       created_at=record.created_at, node=record.node)
 
 
@@ -34,19 +34,20 @@ async def create_session(
     record = await open_session(services, principal,
                                 profile=body.profile if body else None,
                                 title=body.title if body else None)
-    return _out(record, services)
+    return await _out(record, services)
 
 
 @router.get("", response_model=list[SessionOut])
 async def list_sessions(request: Request, principal: SessionUser) -> list[SessionOut]:
     services = get_services(request)
-    return [_out(r, services) for r in await services.store.list_sessions(principal.tenant_id)]
+    return [await _out(r, services)
+            for r in await services.store.list_sessions(principal.tenant_id)]
 
 
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, request: Request, principal: SessionUser) -> SessionOut:
     services = get_services(request)
-    return _out(await owned_session(services, principal, session_id), services)
+    return await _out(await owned_session(services, principal, session_id), services)
 
 
 def _profiles(services: Services) -> SessionProfiles:
@@ -67,7 +68,7 @@ async def update_session(session_id: str, body: SessionUpdate, request: Request,
         await services.executor.record_action(subject, "session.update", record.id,
                                               rule=f"roles.{principal.role}", detail="title")
         await services.store.set_session_title(principal.tenant_id, record.id, body.title)
-    return _out(await owned_session(services, principal, session_id), services)
+    return await _out(await owned_session(services, principal, session_id), services)
 
 
 @router.get("/{session_id}/profiles", response_model=list[ProfileInfo])
