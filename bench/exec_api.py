@@ -12,6 +12,11 @@ launched in between), alternating two clients on one keep-alive connection each:
 - ``warm_beside_api`` (when the caller passes ``bare``): the bare warm backend call, timed in
   the same rounds, so the API's overhead compares calls made under the same load.
 
+Then time to first command as a new user sees it (``ttfc_api``): ``POST /v1/sessions`` and
+that session's first ``code_exec``, from the minimal client, THINK_S apart (the tenant's pool
+refills in between); with ``beside_ttfc`` (a timed hardened ``docker run``) one of those in
+each round (``docker_run_beside_ttfc``), so the two compare under the same load.
+
 The server's JSON log says which calls ran warm.
 """
 
@@ -82,6 +87,7 @@ def _check(status: int, body: bytes) -> None:
 
 async def api_latencies(
     runs: int, bare: Callable[[], Awaitable[float]] | None = None,
+    beside_ttfc: Callable[[], Awaitable[float]] | None = None,
 ) -> tuple[dict[str, list[float]], str]:
     """Per-call latencies (s) of each client (and of ``bare``, a timed bare warm call, in
     the same rounds), and "<warm>/<timed>" from the server's log."""
@@ -131,13 +137,34 @@ async def api_latencies(
                     resp = await client.post(path, json=body, headers=auth)
                     latencies["warm_api_httpx"].append(time.perf_counter() - started)
                     _check(resp.status_code, resp.content)
+                await _ttfc(lean, user_token, body, runs, latencies, beside_ttfc)
             finally:
                 await lean.close()
     finally:
         stop_server(server)
         warm = _warm_calls(log_path)
         shutil.rmtree(tmp, ignore_errors=True)
-    return latencies, f"{max(0, warm)}/{2 * runs} (server log: exec_finished warm=true)"
+    return latencies, f"{max(0, warm)}/{3 * runs} (server log: exec_finished warm=true)"
+
+
+async def _ttfc(lean: LeanClient, token: str, body: object, runs: int,
+                latencies: dict[str, list[float]],
+                beside: Callable[[], Awaitable[float]] | None) -> None:
+    """New sessions, each timed from its create to its first result."""
+    for _ in range(runs):
+        if beside is not None:
+            await asyncio.sleep(THINK_S)
+            latencies.setdefault("docker_run_beside_ttfc", []).append(await beside())
+        await asyncio.sleep(THINK_S)
+        started = time.perf_counter()
+        status, answer = await lean.post("/v1/sessions", {}, token)
+        if status not in (200, 201):
+            raise RuntimeError(f"session create failed: {status} {answer[:300]!r}")
+        created = time.perf_counter()
+        session = json.loads(answer)["id"]
+        _check(*await lean.post(f"/v1/sessions/{session}/exec", body, token))
+        latencies.setdefault("ttfc_api", []).append(time.perf_counter() - started)
+        latencies.setdefault("ttfc_api_create", []).append(created - started)
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
@@ -151,7 +178,7 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 
 
 async def _until_up(client: httpx.AsyncClient, server: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded machine: imports alone can take 30 s
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"navi serve exited: {log.read_text(errors='replace')[-2000:]}")

@@ -14,9 +14,18 @@ seccomp profile, uid 65534, read-only root, /tmp tmpfs, pids/memory/cpu limits, 
   on a real ``navi serve`` on 127.0.0.1 (policy, audit intent fsync'd + outcome, HTTP),
   0.5 s apart, from a minimal HTTP/1.1 client and from httpx (``bench/exec_api.py``);
 - ``warm_beside_api``: the ``warm`` call again, once in each round of the API's calls, so
-  the API's overhead (``api_overhead_p50_ms``) compares calls made under the same load.
+  the API's overhead (``api_overhead_p50_ms``) compares calls made under the same load;
+- ``ttfc``: time to first command: a new session's workspace and /tmp made, then its first
+  call, on ``DockerBackend`` with the tenant's pool (``late_bind.py``: the session is bound
+  into a container started before it); the bench waits until the tenant's pool has one
+  ready (sessions opened slower than the pool refills);
+- ``ttfc_api``: ``POST /v1/sessions`` then its first ``code_exec``, on the real server (its
+  tenant's earlier sessions have filled the pool), from the minimal client.
 
-Sequential latency interleaves naive, cold and warm (A, B, C, A, …) so drift on a shared
+``ratios``: each path's p50 over ``docker_run_rm``'s p50, measured in the same rounds (the
+machine's load then hits both alike; ``host.loadavg_*`` says what it was).
+
+Sequential latency interleaves naive, cold, warm and ttfc (A, B, C, D, A, …) so drift on a shared
 machine hits them alike. Throughput: C clients (2, 4), each its own session, calling back to
 back. Memory: K idle warm containers, each measured from its memory cgroup and /proc.
 Results: ``bench/results/exec-<utc>.json`` and a latency chart ``exec-<utc>.png``.
@@ -131,6 +140,8 @@ class Paths:
         self.warm_backend = DockerBackend(
             config.model_copy(update={"warm": WarmPoolConfig(size=1, idle_s=120)})
         )
+        self.pooled_backend = DockerBackend(config.model_copy(
+            update={"warm": WarmPoolConfig(size=1, idle_s=120, late_bind=True)}))
         self.naive = naive_argv(image, self.workspace("naive"), self.instance_id, runtime)
 
     def workspace(self, name: str) -> Path:
@@ -138,13 +149,14 @@ class Paths:
         path.mkdir(exist_ok=True)
         return path
 
-    async def call(self, backend: DockerBackend, session: str) -> bool:
-        """One call; True when it ran in a warm container."""
+    async def call(self, backend: DockerBackend, session: str, *, tmp: bool = False) -> bool:
+        """One call; True when it ran in a warm container. ``tmp``: the session has its
+        own /tmp directory (as the server's sessions do) beside its workspace."""
         before = backend.warm.stats["taken"] + backend.warm.stats["waited"]
         request = ExecRequest(
             image=self.image, argv=COMMAND, exec_id=f"b-{uuid.uuid4().hex[:12]}",
             session=session, workspace=self.workspace(session), limits=self.limits,
-            tenant=self.tenant,
+            tenant=self.tenant, tmp=self.workspace(f"{session}-tmp") if tmp else None,
         )  # fmt: skip
         result = await backend.run(request)
         if result.stdout != b"1\n":
@@ -156,14 +168,24 @@ class Paths:
         if done.stdout != b"1\n":
             raise RuntimeError(f"docker run failed: {done.stderr.decode(errors='replace')}")
 
-    async def warm_ready(self, session: str, timeout_s: float = 10) -> None:
+    async def warm_ready(self, session: str, timeout_s: float = 10,
+                         backend: DockerBackend | None = None) -> None:
+        pool = (backend or self.warm_backend).warm
         deadline = time.monotonic() + timeout_s
-        while self.warm_backend.warm.ready_count(session) < 1 and time.monotonic() < deadline:
+        while pool.ready_count(session) < 1 and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+
+    async def first_call(self) -> bool:
+        """A new session's first call, its workspace and /tmp made just before (TTFC)."""
+        return await self.call(self.pooled_backend, f"ttfc-{uuid.uuid4().hex[:10]}", tmp=True)
+
+    async def pool_ready(self) -> None:
+        await self.warm_ready(f"@{self.tenant}", backend=self.pooled_backend)
 
     async def close(self) -> list[str]:
         await self.cold_backend.close()
         await self.warm_backend.close()
+        await self.pooled_backend.close()
         return []
 
 
@@ -172,14 +194,16 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
     """``runtime``: the tier of every path but ``warm_api`` (the API runs code_exec under the
     default policy's tier, runc)."""
     paths = Paths(image, runtime)
-    lat: dict[str, list[float]] = {"docker_run_rm": [], "cold": [], "warm": []}
-    served_warm = 0
-    out: dict[str, Any] = {}
+    lat: dict[str, list[float]] = {"docker_run_rm": [], "cold": [], "warm": [], "ttfc": []}
+    served_warm = ttfc_warm = 0
+    out: dict[str, Any] = {"host": {"loadavg_before": os.getloadavg()}}
     try:
         await paths.cold_backend.start()
         await paths.warm_backend.start()
+        await paths.pooled_backend.start()
         await paths.call(paths.cold_backend, "cold")  # warm-up: engine caches, connections
         await paths.call(paths.warm_backend, "warm")  # the first call of a session is cold
+        await paths.first_call()  # the tenant's first call ever is cold
         await paths.docker_run()
         for _ in range(runs):
             lat["docker_run_rm"].append(await _timed(paths.docker_run))
@@ -188,6 +212,10 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             started = time.perf_counter()
             served_warm += await paths.call(paths.warm_backend, "warm")
             lat["warm"].append(time.perf_counter() - started)
+            await paths.pool_ready()
+            started = time.perf_counter()
+            ttfc_warm += await paths.first_call()
+            lat["ttfc"].append(time.perf_counter() - started)
         if api:  # the API's calls, with a bare warm call beside each (same load, same rounds)
 
             async def bare_warm() -> float:
@@ -196,7 +224,8 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
                 await paths.call(paths.warm_backend, "warm")
                 return time.perf_counter() - started
 
-            api_lat, out["api_warm_share"] = await api_latencies(runs, bare_warm)
+            api_lat, out["api_warm_share"] = await api_latencies(
+                runs, bare_warm, lambda: _timed(paths.docker_run))
             lat.update(api_lat)
         throughput: dict[str, dict[str, float]] = {}
         pool: dict[str, dict[str, int]] = {}  # warm throughput: launched vs taken + missed
@@ -208,17 +237,23 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             def warm(i: int, c: int = clients) -> Awaitable[bool]:
                 return paths.call(paths.warm_backend, f"tw{c}-{i}")  # new sessions per round
 
-            cold_rate = await _throughput(cold, runs, clients)
-            before = Counter(paths.warm_backend.warm.stats)
-            warm_rate = await _throughput(warm, runs, clients)
-            for i in range(clients):  # its surplus (depth up to burst) is discarded here
-                await paths.warm_backend.release_session(f"tw{clients}-{i}")
-            pool[f"{clients}_clients"] = dict(Counter(paths.warm_backend.warm.stats) - before)
-            throughput[f"{clients}_clients"] = {
-                "cold": cold_rate,
-                "warm": warm_rate,
-                "docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs, clients),
-            }
+            def pooled(i: int, c: int = clients) -> Awaitable[bool]:
+                return paths.call(paths.pooled_backend, f"tp{c}-{i}", tmp=True)
+
+            rates = {"docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs,
+                                                        clients),
+                     "cold": await _throughput(cold, runs, clients)}
+            for name, backend, calls in (("warm", paths.warm_backend, warm),
+                                         ("pooled", paths.pooled_backend, pooled)):
+                before = Counter(backend.warm.stats)
+                rates[name] = await _throughput(calls, runs, clients)
+                for i in range(clients):  # a session pool's surplus is discarded here
+                    await backend.release_session(f"t{name[0]}{clients}-{i}")
+                used = Counter(backend.warm.stats) - before
+                used["surplus_discarded"] = max(0, used["launched"] - used["taken"]
+                                                - used["waited"] - backend.warm.ready_count())
+                pool[f"{clients}_clients_{name}"] = dict(used)
+            throughput[f"{clients}_clients"] = rates
         await paths.warm_backend.release_session("warm")
         memory = await idle_memory(paths, count=4)
         warm_stats = dict(paths.warm_backend.warm.stats)
@@ -235,6 +270,7 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             "command": COMMAND,
             "runs": runs,
             "host": {
+                **out["host"],
                 "cpus": os.cpu_count(),
                 "kernel": platform.release(),
                 "python": platform.python_version(),
@@ -244,6 +280,8 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             "latency_raw_ms": {k: [round(x * 1000, 2) for x in v] for k, v in lat.items()},
             "api_overhead_p50_ms": api_overhead(lat),
             "warm_calls_served_warm": f"{served_warm}/{runs}",
+            "ttfc_calls_served_warm": f"{ttfc_warm}/{runs}",
+            "ratios": ratios(lat),
             "warm_pool_stats": warm_stats,
             "throughput_per_s": throughput,
             # launched - taken - waited: ready containers never used (the sessions' surplus)
@@ -252,6 +290,20 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             "leftover_containers": len(leftovers),
         }
     )
+    return out
+
+
+def ratios(lat: dict[str, list[float]]) -> dict[str, float]:
+    """Each path's p50 over ``docker_run_rm``'s p50 (same run, same rounds)."""
+    if not lat.get("docker_run_rm"):
+        return {}
+    base = summarize(lat["docker_run_rm"])["p50_ms"]
+    out = {f"{name}_p50_over_docker_run": round(summarize(v)["p50_ms"] / base, 3)
+           for name, v in lat.items() if v and not name.startswith("docker_run")}
+    if lat.get("ttfc_api") and lat.get("docker_run_beside_ttfc"):  # the API's own rounds
+        out["ttfc_api_p50_over_docker_run_beside"] = round(
+            summarize(lat["ttfc_api"])["p50_ms"]
+            / summarize(lat["docker_run_beside_ttfc"])["p50_ms"], 3)
     return out
 
 

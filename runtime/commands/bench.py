@@ -51,8 +51,9 @@ def exec_bench(
         str, typer.Option("--runtime", help="Tier of the runs: runc | gvisor.")
     ] = "runc",
 ) -> None:
-    """Latency of docker run --rm, cold, warm and warm-via-API; throughput (2, 4 clients);
-    memory per idle warm container. JSON + PNG chart in bench/results/."""
+    """Latency of docker run --rm, cold, warm, warm-via-API and time to first command (ttfc:
+    a new session's first call); throughput (2, 4 clients); memory per idle warm container.
+    JSON + PNG chart in bench/results/."""
     from bench.exec_bench import run_bench, write_results
 
     settings = Settings()
@@ -73,5 +74,7 @@ def exec_bench(
                    + ", ".join(f"{k} +{v} ms" for k, v in overhead.items()))
     for clients, paths in results["throughput_per_s"].items():
         typer.echo(f"throughput {clients}: " + ", ".join(f"{k} {v}/s" for k, v in paths.items()))
+    typer.echo("p50 over docker run, same rounds: " + ", ".join(
+        f"{k.removesuffix('_p50_over_docker_run')} {v}" for k, v in results["ratios"].items()))
     typer.echo(f"idle warm container memory (median): {results['idle_warm_memory']['median']}")
     typer.echo(f"results: {path} (+ .png)")

@@ -1,4 +1,5 @@
-"""Warm containers behind a real `navi serve`: used by exec, dropped by DELETE /v1/sessions."""
+"""Warm containers behind a real `navi serve`: used by exec, dropped by DELETE /v1/sessions;
+with the tenant's pool (the default), a new session's first call runs warm."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
+    """The per-session pool (the tenant's pool off)."""
+    srv = start_server(tmp_path, extra_env={"NAVI_WARM_POOL_SIZE": "1",
+                                            "NAVI_WARM_LATE_BIND": "false"})
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture
+def pooled_server(tmp_path: Path) -> Iterator[Server]:
+    """The defaults: the tenant's pool for runc calls."""
     srv = start_server(tmp_path, extra_env={"NAVI_WARM_POOL_SIZE": "1"})
     yield srv
     stop_server(srv)
@@ -32,6 +43,14 @@ def wait_for(check, within_s: float = 20) -> bool:  # noqa: ANN001
             return True
         time.sleep(0.05)
     return False
+
+
+def bound_under(root: Path) -> list[str]:
+    """Host mounts below the bind root (a pooled container's session binds)."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        points = [line.split()[4] for line in fh]
+    depth = str(root).count("/") + 1  # <root>/<slot> is a directory, <root>/<slot>/x a bind
+    return [p for p in points if p.startswith(f"{root}/") and p.count("/") > depth]
 
 
 def test_delete_session_removes_its_warm_container(
@@ -54,3 +73,29 @@ def test_delete_session_removes_its_warm_container(
         assert wait_for(lambda: len(session_containers(docker_api, session)) >= 1)
         assert client.delete(f"/v1/sessions/{session}").status_code == 204
     assert session_containers(docker_api, session) == []
+
+
+def test_a_new_sessions_first_call_runs_warm_and_delete_unbinds_it(
+    pooled_server: Server, docker_api: docker.APIClient
+) -> None:
+    server = pooled_server
+    tenant, token = server.tenant_with_user()
+    body = {"tool": "code_exec", "args": {"language": "python", "code": "print(6 * 7)"}}
+
+    def pooled() -> list[dict]:
+        found = docker_api.containers(filters={"label": f"navi.tenant={tenant}"})
+        return [c for c in found if c["Labels"].get("navi.session") == ""]
+
+    with server.client(token) as client:
+        first = client.post("/v1/sessions", json={}).json()["id"]
+        assert client.post(f"/v1/sessions/{first}/exec", json=body).json()["stdout"] == "42\n"
+        assert '"warm": true' not in server.log()  # the tenant's first call ever is cold
+        assert wait_for(lambda: len(pooled()) == 1)
+        session = client.post("/v1/sessions", json={}).json()["id"]
+        answer = client.post(f"/v1/sessions/{session}/exec", json=body)
+        assert answer.status_code == 200 and answer.json()["stdout"] == "42\n"
+        assert '"warm": true' in server.log(), "a new session's first call did not run warm"
+        assert client.delete(f"/v1/sessions/{session}").status_code == 204
+        roots = list((server.data_dir / "bind").iterdir())
+        assert len(roots) == 1
+        assert wait_for(lambda: bound_under(roots[0]) == [])

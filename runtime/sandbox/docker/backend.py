@@ -86,6 +86,7 @@ class DockerBackend(ContainerShapes):
         self.workspaces_root_state: HardenState | None = None
         self.warm = self._new_pool()
         self._removals: set[asyncio.Future[None]] = set()
+        self._after: dict[str, set[asyncio.Future[None]]] = {}  # per session, of _removals
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
         self.egress_denied: DeniedAddresses | None = None  # a cluster node: its machines
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
@@ -191,8 +192,11 @@ class DockerBackend(ContainerShapes):
             await self.engine.call(self.engine.kill_quietly, container)
 
     async def release_session(self, session: str) -> None:
-        """Remove the session's warm containers (its calls still running are not touched)."""
+        """Remove the session's warm containers, used ones included (a pooled one holds the
+        session's disk bound until removed); its calls still running are not touched."""
         await self.warm.release_session(session)
+        if pending := self._after.get(session):
+            await asyncio.wait(list(pending))
 
     async def run(
         self, request: ExecRequest, on_output: OutputCallback | None = None, *,
@@ -254,7 +258,8 @@ class DockerBackend(ContainerShapes):
         later = self._after_call(pool, settled, warm, key, template, request)
         after = asyncio.ensure_future(later)
         self._removals.add(after)
-        after.add_done_callback(self._removals.discard)
+        self._after.setdefault(request.session, set()).add(after)
+        after.add_done_callback(lambda done: self._forget_after(request.session, done))
         after_this_step(
             bound.info, "exec_finished",
             warm=warm is not None,
@@ -293,6 +298,14 @@ class DockerBackend(ContainerShapes):
             return started
         return await start_cold(self.engine, container, request.stdin)
 
+    def _forget_after(self, session: str, done: asyncio.Future[None]) -> None:
+        self._removals.discard(done)
+        pending = self._after.get(session)
+        if pending is not None:
+            pending.discard(done)
+            if not pending:
+                del self._after[session]
+
     def _warm_template(self, spec: ContainerSpec, request: ExecRequest) -> ContainerSpec:
         """The class a call's warm container comes from: the tenant's pooled one when the
         bind root is open (runc, a workspace), else the session's own spec."""
@@ -324,8 +337,8 @@ class DockerBackend(ContainerShapes):
         if settled is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(settled), SETTLE_WAIT_S)
-        if key is not None and self.may_launch(request.tenant, request.session):
-            pooled = template.labels.get(LABEL_SESSION) == ""
+        pooled = template.labels.get(LABEL_SESSION) == ""  # holds no session: may always come
+        if key is not None and (pooled or self.may_launch(request.tenant, request.session)):
             pool.replenish(key, self.launcher.spec_for(template, request),
                            f"@{request.tenant}" if pooled else request.session,
                            request.tenant)

@@ -27,7 +27,9 @@ Rules that keep sessions apart:
 
 Root only (``mount(2)``), runc only: gVisor's gofer serves the files it was given at start,
 a mount made later on the host does not reach a runsc sandbox, so gVisor keeps the session
-pool. ``sweep`` removes bind roots of supervisors that died (their containers are the
+pool. A guard process (``runtime.workspace.mount_guard``) detaches what is bound under the
+bind root when the supervisor dies, ``kill -9`` included; the next start's ``sweep`` removes
+the empty directories of bind roots whose supervisor is gone (their containers are the
 reaper's).
 """
 
@@ -43,6 +45,7 @@ from pathlib import Path
 from runtime.errors import SandboxError
 from runtime.logging import get_logger
 from runtime.sandbox.docker.spec import LABEL_SESSION, TMP_TARGET, BindMount, ContainerSpec
+from runtime.workspace.mount_guard import MountGuard
 
 log = get_logger(__name__)
 
@@ -95,6 +98,7 @@ class BindRoot:
         self.parent = data_dir / "bind"
         self.path = self.parent / f"{os.getpid()}-{os.urandom(4).hex()}"
         self.opened = False
+        self._guard: MountGuard | None = None
 
     @staticmethod
     def possible() -> bool:
@@ -105,6 +109,7 @@ class BindRoot:
         self.path.mkdir(mode=0o711, parents=True)
         _mount(str(self.path), str(self.path), MS_BIND)
         _mount("none", str(self.path), MS_SHARED)
+        self._guard = MountGuard.start(self.path)
         self.opened = True
 
     def slot(self) -> Slot:
@@ -152,6 +157,9 @@ class BindRoot:
         for child in list(self.path.iterdir()) if self.path.is_dir() else []:
             self.release(Slot(child))
         _remove_root(self.path)
+        if self._guard is not None:
+            self._guard.stop()
+            self._guard = None
 
     def sweep(self) -> None:
         """Bind roots left by supervisors that are gone: detached and removed."""
