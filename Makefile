@@ -45,5 +45,5 @@ images: setup
 	$(VENV)/bin/navi images build $(if $(IMAGES_BASE),--base '$(IMAGES_BASE)') $(IMAGES)
 
 lint:
-	$(VENV)/bin/ruff check runtime tests bench
-	$(VENV)/bin/mypy runtime
+	$(VENV)/bin/ruff check runtime tests bench clients
+	$(VENV)/bin/mypy runtime clients/python/navi_client

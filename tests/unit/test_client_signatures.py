@@ -95,7 +95,7 @@ def test_bound_methods_and_help_show_the_parameters() -> None:
     assert str(bound) == ("(session: str, command: str, *, cwd: str | None = None, "
                           "env: dict[str, str] | None = None, name: str | None = None, "
                           "ports: list[int] | None = None) -> navi_client.wire.ProcessOut")
-    shown = pydoc.render_doc(NaviClient.exec, renderer=pydoc.plaintext)
+    shown = pydoc.plain(pydoc.render_doc(NaviClient.exec))
     assert "exec(self, session: str, tool: str, args:" in shown
     assert "-> navi_client.wire.ExecOut" in shown
     assert "*args" not in shown and "Run `tool` with `args`" in shown
