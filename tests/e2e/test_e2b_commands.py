@@ -9,12 +9,14 @@ execute is in the audit with the sandbox's id as its session."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2b import CommandExitException, Sandbox, SandboxException
+from e2b_code_interpreter import AsyncSandbox as AsyncCodeSandbox
 from e2b_code_interpreter import Sandbox as CodeSandbox
 
 from tests.e2e.conftest import Server, stop_server
@@ -268,3 +270,22 @@ def test_stdin_is_closed_unless_asked_for(sbx: Sandbox) -> None:
     sbx.commands.close_stdin(handle.pid)
     result = handle.wait()
     assert result.exit_code == 0 and result.stdout == "fed\n"
+
+
+def test_the_async_sdks_commands_and_run_code() -> None:
+    """The async SDK: a foreground command with its stderr, a background one killed, and
+    run_code keeping a name between two executes."""
+    async def scenario() -> None:
+        sbx = await AsyncCodeSandbox.create()
+        try:
+            done = await sbx.commands.run("echo out; echo err >&2")
+            assert (done.stdout, done.stderr) == ("out\n", "err\n")
+            handle = await sbx.commands.run("sleep 600", background=True)
+            assert handle.pid in [p.pid for p in await sbx.commands.list()]
+            assert await sbx.commands.kill(handle.pid)
+            await sbx.run_code("n = 20")
+            assert (await sbx.run_code("n + 1")).text == "21"
+        finally:
+            await sbx.kill()
+
+    asyncio.run(scenario())
