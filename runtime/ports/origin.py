@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import uvicorn
@@ -36,6 +37,11 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+PublishedHook = Callable[[str, Scope, Receive, Send], Awaitable[bool]]
+"""Answers a host label that is no preview link's when it is a published page's (the API's
+``PublishedPages``): True when it answered."""
+
+
 class PreviewSource(Protocol):
     """What the preview origin needs of the ports service (`PortsService` is one): the
     link a host name stands for, the relay to the session's ports, and the proxy."""
@@ -47,6 +53,9 @@ class PreviewSource(Protocol):
 
     @property
     def proxy(self) -> PortProxy: ...
+
+    @property
+    def published(self) -> PublishedHook | None: ...
 
 
 class PreviewApp:
@@ -65,6 +74,10 @@ class PreviewApp:
         headers = {k.lower(): v for k, v in scope["headers"]}
         host = headers.get(b"host", b"").decode("latin-1")
         link = await self.ports.resolve_link(host)
+        published = self.ports.published
+        if link is None and published is not None and await published(
+                host.split(".", 1)[0].lower(), scope, receive, send):
+            return  # a published HTML page: each on an origin of its own too
         if link is None:
             if kind == "http":
                 await _plain(send, 404, "no such preview (unknown, expired, revoked, or its "

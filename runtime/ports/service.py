@@ -18,7 +18,7 @@ from runtime.errors import ConfigError
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.ports.hub import PortsHub
-from runtime.ports.origin import OriginServer, PreviewApp, free_port
+from runtime.ports.origin import OriginServer, PreviewApp, PublishedHook, free_port
 from runtime.ports.preview_rows import PreviewRows, preview_key
 from runtime.ports.previews import PreviewLink, PreviewLinks
 from runtime.ports.proxy import PortProxy
@@ -44,6 +44,7 @@ class PortsService:
         self.rows = rows
         self.links = PreviewLinks("http://{link}.localhost:0/")
         self.origin: OriginServer | None = None
+        self.published: PublishedHook | None = None  # published HTML pages (set by the API)
 
     async def start(self, *, host: str, api_port: int, preview_port: int | None,
                     preview_url: str | None) -> None:

@@ -22,10 +22,13 @@ pytestmark = pytest.mark.browser
 PAGE = b"""<!doctype html><meta charset="utf-8"><title>report</title>
 <style>body{font-family:sans-serif;background:#eef6ee}</style>
 <h1>Quarterly report</h1><p id="ran">not run</p><p id="plain">-</p><p id="cred">-</p>
-<p id="token">-</p>
+<p id="token">-</p><p id="origin">-</p><p id="storage">-</p>
 <script>
 document.getElementById('ran').textContent = 'script ran';
 const say = (id, text) => { document.getElementById(id).textContent = text; };
+say('origin', location.origin);
+try { say('storage', 'READ ' + localStorage.getItem('navi.token')); }
+catch (e) { say('storage', 'no storage: ' + e.name); }
 fetch('/v1/sessions').then(r => say('plain', 'REACHED ' + r.status),
                            e => say('plain', 'blocked: ' + e.name));
 fetch('/v1/sessions', {credentials: 'include'}).then(r => say('cred', 'REACHED ' + r.status),
@@ -73,6 +76,10 @@ def test_published_content_and_shared_links(page: Any, server: Server, tenant: T
     frame.locator("#plain", has_text="blocked").wait_for()
     frame.locator("#cred", has_text="blocked").wait_for()
     assert frame.locator("#token").inner_text().startswith("no token: ")
+    # shown from an origin of its own, never the API's (where the client keeps its token)
+    own = frame.locator("#origin").inner_text()
+    assert own != server.url and own.endswith(".localhost:" + own.rsplit(":", 1)[1]), own
+    assert frame.locator("#storage").inner_text().startswith("no storage: ")
     page.wait_for_timeout(300)
     tried = [u for u in seen if "/v1/sessions" in u]
     assert tried and all(f"{u} csp" in failed for u in tried), (seen, failed)  # Chromium
@@ -80,6 +87,15 @@ def test_published_content_and_shared_links(page: Any, server: Server, tenant: T
     assert not [line for line in server.log().splitlines() if '"http_request"' in line
                 and '"/v1/sessions"' in line and '"status": 401' in line]
     snap(page, "published_html")
+    # opened alone (the Open link): it moves to its own origin too, so a page of the
+    # tenant's never shows under the API's address (no phishing for tokens there)
+    page.evaluate("t => localStorage.setItem('navi.token', t)", tenant.user)  # bait
+    alone = page.context.new_page()
+    alone.goto(server.url + str(html.get_attribute("src")))
+    alone.locator("#ran", has_text="script ran").wait_for()
+    assert alone.url.startswith(own + "/") and not alone.url.startswith(server.url), alone.url
+    assert alone.locator("#storage").inner_text().startswith("no storage: ")
+    alone.close()
 
     table = page.locator(".published-markdown table")
     table.wait_for()

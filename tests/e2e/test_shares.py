@@ -2,7 +2,8 @@
 token, with the file's type, as an attachment, `nosniff`; it is counted, listed, revocable
 (then 404 with the error envelope), audited (`file.share`, `file.publish`, `share.revoke`),
 dies with its session, and its token never reaches the server's log. Published HTML is
-answered under a sandbox CSP that gives its scripts no way to the API."""
+shown only on an origin of its own (the API answers 307 there), under a sandbox CSP that
+gives its scripts no way to the API."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def _call(user: httpx.Client, session: str, tool: str, **args: Any) -> dict[str,
     assert resp.status_code == 200, resp.text
     body: dict[str, Any] = resp.json()
     return body
+
+
+def _on_origin(url: httpx.URL, method: str = "GET", path: str = "/") -> httpx.Response:
+    return httpx.request(method, f"http://127.0.0.1:{url.port}{path}",
+                         headers={"Host": url.netloc.decode()}, timeout=30)
 
 
 def _gone(resp: httpx.Response) -> None:
@@ -132,7 +138,15 @@ def test_published_content_is_served_inline_under_a_sandbox_csp(server: Server) 
                                                                   "plot.png")}
     assert kinds == {"page.html": "html", "notes.md": "markdown", "plot.png": "image"}
     with server.client() as anyone:
-        page = anyone.get(pub["page.html"]["metadata"]["published"]["url"])
+        # an HTML page is never shown on the API's origin: 307 to its own on the preview
+        # origin (``*.localhost``, resolved to loopback as a browser does)
+        page_url = pub["page.html"]["metadata"]["published"]["url"]
+        moved = anyone.get(page_url)
+        assert moved.status_code == 307, moved.text
+        own = httpx.URL(moved.headers["location"])
+        assert own.host.endswith(".localhost") and own.port != httpx.URL(server.url).port
+        assert own.path == "/" and page_url.rsplit("/", 1)[1] not in str(own)
+        page = _on_origin(own)
         assert page.status_code == 200 and page.content == HTML
         assert page.headers["content-type"] == "text/html; charset=utf-8"
         csp = page.headers["content-security-policy"]
@@ -146,9 +160,18 @@ def test_published_content_is_served_inline_under_a_sandbox_csp(server: Server) 
         md = anyone.get(pub["notes.md"]["metadata"]["published"]["url"])
         assert md.text.startswith("# Title") and md.headers["x-content-type-options"] == "nosniff"
         assert md.headers["content-security-policy"].startswith("sandbox;")
+        # only a published page's own origin shows it: another label, path or method not
+        other = httpx.URL(str(own).replace(own.host[:6], "aaaaaa", 1))
+        assert _on_origin(other).status_code == 404
+        assert _on_origin(own, path="/x").status_code == 404
+        assert _on_origin(own, "POST").status_code == 405
         # a publish link is not a download link, and the other way round
         _gone(anyone.get(pub["page.html"]["metadata"]["published"]["url"].replace(
             "/v1/published/", "/v1/shared/")))
     with server.client(server.token_for(tenant, "auditor")) as auditor:
         records = auditor.get("/v1/audit", params={"session": session}).json()
     assert ("file.publish", "page.html") in [(r["action"], r["object"]) for r in records]
+    with server.client(token) as user:  # revoked: its origin shows nothing more
+        share_id = pub["page.html"]["metadata"]["published"]["id"]
+        assert user.delete(f"/v1/sessions/{session}/shares/{share_id}").status_code == 204
+    assert _on_origin(own).status_code == 404

@@ -1,8 +1,9 @@
 // What share_file and content_publish made, where it belongs: a published file inline under
 // its tool card (images as <img>, Markdown through markdown.js, PDF in a frame, HTML in a
-// frame sandboxed without allow-same-origin, whose server answer carries a CSP that allows
-// it no network), a shared link with a Copy button, and the session's live links beside its
-// files (with Revoke). Links need no token: the token is in their path.
+// frame sandboxed without allow-same-origin, on an origin of its own, whose server answer
+// carries a CSP that allows it no network), a shared link with a Copy button, and the
+// session's live links beside its files (with Revoke). Links need no token: the token is in
+// their path.
 
 import { describeError } from "./api.js";
 import { copyButton, renderMarkdown } from "./markdown.js";
@@ -45,8 +46,10 @@ function publishedView(item) {
     body.append(h("iframe", { src: url, title: `PDF ${path}`, class: "published-frame",
       referrerpolicy: "no-referrer" }));
   } else if (item.kind === "html") {
-    // allow-scripts WITHOUT allow-same-origin: an opaque origin, no cookies, no storage; the
-    // answer's own CSP (sandbox, connect-src 'none') holds even if the frame is opened alone
+    // the server moves an HTML page to an origin of its own (the preview origin, allowed by
+    // this page's frame-src), never this one; allow-scripts WITHOUT allow-same-origin: an
+    // opaque origin, no cookies, no storage; the answer's own CSP (sandbox, connect-src
+    // 'none') holds even if the frame is opened alone
     body.append(h("iframe", { src: url, title: `Page ${path}`, class: "published-frame",
       sandbox: "allow-scripts", referrerpolicy: "no-referrer" }));
   }
