@@ -62,6 +62,7 @@ from runtime.kernels.service import for_app as kernel_service
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
 from runtime.nodes import LocalNode, NodeBackends, Nodes
+from runtime.nodes.machine import Machine
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.plan_mode import PlanModes
 from runtime.ports.preview_rows import PreviewRows
@@ -69,7 +70,6 @@ from runtime.ports.service import PortsService, token_checker
 from runtime.processes.outlog import tenant_log_bytes
 from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
-from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.images import image_ref
 from runtime.sandbox.instance import load_instance_id
 from runtime.sessions.profiles import SessionProfiles
@@ -79,8 +79,7 @@ from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
 from runtime.tools import build_tools
 from runtime.tools.user.migrate import migrate_at_start
-from runtime.workspace import Workspaces
-from runtime.workspace.activity import call_on_loop, release_idle
+from runtime.workspace.activity import call_on_loop
 
 log = get_logger(__name__)
 
@@ -101,11 +100,10 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         await audit.open()
         opened.append(audit.close)
         await close_interrupted_turns(store)  # holding the audit lock: no other server
-        workspaces = Workspaces.from_settings(settings)
-        await asyncio.to_thread(workspaces.start)  # before the backend mounts anything
+        machine = Machine(settings, instance_id=instance, backend=backend)  # a node's too
+        workspaces, backend = machine.workspaces, machine.backend
+        await machine.open_disks()  # before the backend mounts anything
         opened.append(lambda: asyncio.to_thread(workspaces.close))
-        if backend is None:
-            backend = DockerBackend.from_settings(settings, instance_id=instance, warm_pool=True)
         opened.append(backend.close)
         nodes = Nodes(LocalNode(workspaces, backend))  # a cluster adds its nodes
         secrets = SecretStore(store, SecretBox.in_data_dir(settings.data_dir))
@@ -158,11 +156,11 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
-    _release_idle_sessions(services)
+    _release_idle_sessions(services, machine)
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
         kernels.token_ended = services.token_ended  # and ended with their token
         services.background.append(asyncio.create_task(kernels.sweep_idle()))
-    await _start_sandbox(services)
+    await _start_sandbox(services, machine)
     try:
         await join_cluster(services)  # NAVI_CLUSTER: execution nodes (unset: nothing)
     except BaseException:
@@ -171,23 +169,17 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     return services
 
 
-def _release_idle_sessions(services: Services) -> None:
+def _release_idle_sessions(services: Services, machine: Machine) -> None:
     """Session disks are released when idle (runtime.workspace.activity): their warm
     containers go first, and a disk mounted again is admitted against the tenant's quota."""
     loop = asyncio.get_running_loop()
-    workspaces = services.workspaces
 
     async def tenant_limit(tenant_id: str) -> int:
         quotas = services.policy.quotas(await services.tenants.name(TenantId(tenant_id)))
         return quotas.tenant_disk_mb * 1024 * 1024
 
-    workspaces.drop_containers = lambda session_id: call_on_loop(
-        loop, lambda: services.backend.release_session(session_id))
-    workspaces.tenant_limit = lambda tenant_id: call_on_loop(
-        loop, lambda: tenant_limit(tenant_id))
-    if isinstance(services.backend, DockerBackend):  # no warm refill for a released disk
-        services.backend.may_launch = workspaces.may_launch
-    services.background.append(asyncio.create_task(release_idle(workspaces)))
+    services.background += machine.bind(lambda tenant_id: call_on_loop(
+        loop, lambda: tenant_limit(tenant_id)))
 
 
 async def _start_ports(services: Services) -> None:
@@ -212,23 +204,18 @@ async def _start_ports(services: Services) -> None:
     processes.on_end.append(ports.end_hook)
 
 
-async def _start_sandbox(services: Services) -> None:
+async def _start_sandbox(services: Services, machine: Machine) -> None:
     """Connect the engine and sweep our leftovers; without an engine the API still serves."""
-    backend = services.backend
-    if not isinstance(backend, DockerBackend):
-        return
-    try:
-        await backend.start()
-        reaper = backend.reaper()
+    async def adopt() -> frozenset[str]:
         kept = await services.processes.adopt()  # live records keep their containers
         if services.ports is not None:  # their relays reconnect to the same sockets
             for live in list(services.processes.live.values()):
                 await services.ports.adopt_hook(live.record, live.record.session_id)
             await services.ports.load_links()  # previews of the adopted processes again
-        removed = await reaper.reconcile_startup(keep=kept)
-        if removed:
-            log.info("startup_reconcile", removed=len(removed))
-        services.background.append(reaper.start_periodic(services.settings.reaper_interval_s))
+        return kept
+
+    try:
+        services.background += await machine.start_engine(adopt)
     except NaviError as exc:
         log.warning("sandbox_unavailable", code=exc.code, message=exc.message)
 
