@@ -1,4 +1,5 @@
-"""A token bucket per tenant: the one mechanism behind the refusal and change limiters.
+"""A token bucket per tenant: the one mechanism behind the refusal and change limiters
+(`TenantLimiter`: the bucket, and the 429 past it).
 
 Each tenant may take up to ``burst`` tokens at once, refilled at ``rate`` per second. Buckets
 are kept in memory for at most ``MAX_TENANTS`` tenants; past that, full buckets (which hold
@@ -11,6 +12,9 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import ClassVar
+
+from runtime.errors import QuotaExceeded
 
 MAX_TENANTS = 10_000
 
@@ -44,3 +48,30 @@ class TenantBuckets:
         for tenant_id, (tokens, at) in list(self._buckets.items()):
             if tokens + (now - at) * self.rate >= self.burst:
                 del self._buckets[tenant_id]
+
+
+class TenantLimiter:
+    """``take(tenant)``: fine up to ``burst`` at once, then ``rate`` per second; past that the
+    class's ``error`` (429 with ``Retry-After``), naming ``what`` is counted. ``burst=0``
+    turns it off."""
+
+    error: ClassVar[type[QuotaExceeded]] = QuotaExceeded
+    what: ClassVar[str] = "calls"
+
+    def __init__(self, *, burst: int, rate: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._buckets = TenantBuckets(burst=burst, rate=rate, clock=clock)
+        self.limited = 0  # answered 429 (metrics, tests)
+
+    def take(self, tenant_id: str) -> None:
+        if self.burst <= 0:
+            return
+        wait = self._buckets.take(tenant_id)
+        if wait is None:
+            return
+        self.limited += 1
+        raise self.error(
+            f"too many {self.what} for this tenant (more than {self.burst} at once, then "
+            f"{self.rate:g} per second); slow down", retry_after=wait)

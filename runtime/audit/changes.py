@@ -13,28 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from runtime.audit.buckets import TenantBuckets
+from runtime.audit.buckets import TenantLimiter
 from runtime.errors import ChangeRateExceeded
 
 
-class ChangeLimiter:
-    """``take(tenant)`` before a state change: fine up to ``burst`` at once, then ``rate`` per
-    second; past that ``ChangeRateExceeded``. ``burst=0`` turns it off."""
+class ChangeLimiter(TenantLimiter):
+    """``take(tenant)`` before a state change; past the bucket ``ChangeRateExceeded``."""
+
+    error = ChangeRateExceeded
+    what = "changes"
 
     def __init__(self, *, burst: int = 60, rate: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.burst = burst
-        self.rate = rate
-        self._buckets = TenantBuckets(burst=burst, rate=rate, clock=clock)
-        self.limited = 0  # changes answered 429 (metrics, tests)
-
-    def take(self, tenant_id: str) -> None:
-        if self.burst <= 0:
-            return
-        wait = self._buckets.take(tenant_id)
-        if wait is None:
-            return
-        self.limited += 1
-        raise ChangeRateExceeded(
-            f"too many changes for this tenant (more than {self.burst} at once, then "
-            f"{self.rate:g} per second); slow down", retry_after=wait)
+        super().__init__(burst=burst, rate=rate, clock=clock)

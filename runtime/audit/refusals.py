@@ -13,28 +13,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from runtime.audit.buckets import TenantBuckets
+from runtime.audit.buckets import TenantLimiter
 from runtime.errors import RefusalRateExceeded
 
 
-class RefusalLimiter:
-    """``take(tenant)`` before recording a refusal: fine up to ``burst`` at once, then
-    ``rate`` per second; past that ``RefusalRateExceeded``. ``burst=0`` turns it off."""
+class RefusalLimiter(TenantLimiter):
+    """``take(tenant)`` before recording a refusal; past the bucket ``RefusalRateExceeded``
+    (answered without a record)."""
+
+    error = RefusalRateExceeded
+    what = "refused calls"
 
     def __init__(self, *, burst: int = 20, rate: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.burst = burst
-        self.rate = rate
-        self._buckets = TenantBuckets(burst=burst, rate=rate, clock=clock)
-        self.limited = 0  # refusals answered 429 without a record (metrics, tests)
-
-    def take(self, tenant_id: str) -> None:
-        if self.burst <= 0:
-            return
-        wait = self._buckets.take(tenant_id)
-        if wait is None:
-            return
-        self.limited += 1
-        raise RefusalRateExceeded(
-            f"too many refused calls for this tenant (more than {self.burst} at once, then "
-            f"{self.rate:g} per second); slow down", retry_after=wait)
+        super().__init__(burst=burst, rate=rate, clock=clock)

@@ -15,17 +15,19 @@ lives as long as the process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from runtime.logging import get_logger
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
+E = TypeVar("E", covariant=True)
 MAX_WORKERS = 4
 
 _pool: ThreadPoolExecutor | None = None
@@ -62,3 +64,32 @@ def _log_failure(future: Future[object]) -> None:
     exc = future.exception()
     if exc is not None:
         log.warning("disk_discard_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+class Writer(Protocol[E]):
+    """An atomic file writer (a session's `Workspace.writer`, or a node's over the hop)."""
+
+    def write(self, data: bytes, /) -> None: ...
+
+    def commit(self) -> E: ...
+
+    def abort(self) -> None: ...
+
+
+async def fill(writer: Writer[T], chunks: AsyncIterable[bytes], *,
+               first: Callable[[], Awaitable[object]] | None = None) -> T:
+    """``first()`` (e.g. the audit record), then every chunk into ``writer``, then commit,
+    each step off the event loop; on any failure the file is discarded (on the disk pool:
+    the disk may be frozen) and the failure raised. Uploads of the API and of the E2B
+    bridge alike."""
+    try:
+        if first is not None:
+            await first()
+        async for chunk in chunks:
+            if chunk:
+                await asyncio.to_thread(writer.write, chunk)
+        return await asyncio.to_thread(writer.commit)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await run(writer.abort)
+        raise

@@ -15,11 +15,10 @@ turns `allow_loopback` on, and names resolve through a fixed table (localhost ->
 from __future__ import annotations
 
 import base64
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import docker
@@ -38,6 +37,7 @@ from runtime.tools.registry import ToolRegistry
 from runtime.workspace import Workspace
 from tests.docker.sandbox_fixtures import sweep
 from tests.fakes.calls import call
+from tests.fakes.json_api import serving
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
@@ -83,13 +83,9 @@ def site() -> Iterator[Site]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Handler) as port:
+        state.port = port
+        yield state
 
 
 POLICY = """

@@ -9,10 +9,9 @@ table (``localhost`` -> 127.0.0.1, anything else: no such name), never DNS.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from runtime.tools.builtin import HttpRequestTool, WebViewTool
 from runtime.tools.registry import ToolRegistry
 from tests.docker.sandbox_fixtures import sweep
 from tests.fakes.calls import call
+from tests.fakes.json_api import serving
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
@@ -97,13 +97,9 @@ class Handler(BaseHTTPRequestHandler):
 def web_server() -> Iterator[Server]:
     state = Server(port=0)
     handler = type("H", (Handler,), {"server_state": state})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(handler) as port:
+        state.port = port
+        yield state
 
 
 

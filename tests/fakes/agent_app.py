@@ -30,11 +30,12 @@ from tests.fakes.agent_harness import POLICY, PROFILES
 END = {"stream_end", "error"}
 
 
-class AgentApp:
-    def __init__(self, app: Any, admin_token: str, sandbox: FakeBackend) -> None:
+class InProcessApi:
+    """An app built by `create_app`, called through httpx's `ASGITransport` (no socket)."""
+
+    def __init__(self, app: Any, admin_token: str) -> None:
         self.app = app
         self.admin_token = admin_token
-        self.sandbox = sandbox
 
     @property
     def services(self) -> Services:
@@ -49,6 +50,12 @@ class AgentApp:
                    ) -> httpx.Response:
         async with self.client(token) as client:
             return await client.request(method, url, **kw)
+
+
+class AgentApp(InProcessApi):
+    def __init__(self, app: Any, admin_token: str, sandbox: FakeBackend) -> None:
+        super().__init__(app, admin_token)
+        self.sandbox = sandbox
 
     async def post(self, token: str | None, url: str, **kw: Any) -> httpx.Response:
         return await self.call(token, "POST", url, **kw)

@@ -14,6 +14,19 @@ Answer = Callable[[BaseHTTPRequestHandler], tuple[int, Any]]
 
 
 @contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A threaded HTTP server on 127.0.0.1 with ``handler`` until the block ends; yields
+    its port (the one way tests run a small site of their own)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield int(httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@contextmanager
 def json_api(answer: Answer) -> Iterator[int]:
     """Serve until the block ends; yields the port."""
 
@@ -30,10 +43,5 @@ def json_api(answer: Answer) -> Iterator[int]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield int(httpd.server_address[1])
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as port:
+        yield port

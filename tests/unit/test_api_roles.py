@@ -18,32 +18,15 @@ import pytest
 import yaml
 
 from runtime.api.app import create_app
-from runtime.api.services import Services
 from runtime.config import PROJECT_ROOT, Settings
 from runtime.sandbox.fake import FakeBackend
 from runtime.store import tokens as store_tokens
+from tests.fakes.agent_app import InProcessApi
 
 POLICIES = PROJECT_ROOT / "policies"
 
 
-class Api:
-    def __init__(self, app: Any, admin_token: str) -> None:
-        self.app = app
-        self.admin_token = admin_token
-
-    @property
-    def services(self) -> Services:
-        return self.app.state.services  # type: ignore[no-any-return]
-
-    def client(self, token: str | None = None) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app),
-                                 base_url="http://navi.test", headers=headers, timeout=30)
-
-    async def call(self, token: str | None, method: str, url: str, **kw: Any) -> httpx.Response:
-        async with self.client(token) as client:
-            return await client.request(method, url, **kw)
-
+class Api(InProcessApi):
     async def tenant(self, name: str | None = None) -> str:
         resp = await self.call(self.admin_token, "POST", "/v1/tenants",
                                json={"name": name or f"t{secrets.token_hex(4)}"})

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from runtime.audit import AuditLog
+from runtime.audit.buckets import TenantLimiter
+from runtime.audit.changes import ChangeLimiter
 from runtime.audit.refusals import RefusalLimiter
-from runtime.errors import PolicyDenied, RefusalRateExceeded
+from runtime.errors import ChangeRateExceeded, PolicyDenied, RefusalRateExceeded
 from runtime.executor import Executor, Invocation
 from runtime.policy import Action, PolicyEngine, Subject
 from runtime.sandbox.fake import FakeBackend, FakeResponse
@@ -27,25 +29,32 @@ class Clock:
         return self.now
 
 
-def test_bucket_burst_then_rate_per_tenant() -> None:
+@pytest.mark.parametrize(("limiter_class", "error", "code"), [
+    (RefusalLimiter, RefusalRateExceeded, "refusal_rate"),
+    (ChangeLimiter, ChangeRateExceeded, "change_rate"),
+])
+def test_bucket_burst_then_rate_per_tenant(limiter_class: type[TenantLimiter],
+                                           error: type[Exception], code: str) -> None:
+    """Both limiters (refused calls; allowed changes) are one `TenantLimiter`."""
     clock = Clock()
-    limiter = RefusalLimiter(burst=3, rate=2.0, clock=clock)
+    limiter = limiter_class(burst=3, rate=2.0, clock=clock)
     for _ in range(3):
         limiter.take("a")
-    with pytest.raises(RefusalRateExceeded) as caught:
+    with pytest.raises(error) as caught:
         limiter.take("a")
-    assert caught.value.code == "refusal_rate" and caught.value.retry_after == 1
+    assert getattr(caught.value, "code", None) == code
+    assert getattr(caught.value, "retry_after", None) == 1
     limiter.take("b")  # another tenant has a bucket of its own
     clock.now += 0.5  # one token back at 2/s
     limiter.take("a")
-    with pytest.raises(RefusalRateExceeded):
+    with pytest.raises(error):
         limiter.take("a")
     clock.now += 60  # refills up to the burst, not beyond
     for _ in range(3):
         limiter.take("a")
-    with pytest.raises(RefusalRateExceeded):
+    with pytest.raises(error):
         limiter.take("a")
-    off = RefusalLimiter(burst=0)
+    off = limiter_class(burst=0, rate=1.0)
     for _ in range(100):
         off.take("a")
 

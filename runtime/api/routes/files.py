@@ -13,7 +13,6 @@ restored). Never `docker cp` from a live container.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from functools import partial
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -107,17 +106,8 @@ async def upload(session_id: str, path: str, request: Request, principal: Sessio
     try:
         writer = await asyncio.to_thread(partial(ws.writer, rel, expected_size=expected,
                                                  max_bytes=quotas.upload_mb * 1024 * 1024))
-        try:
-            await _record(request, principal, session_id, "file.write",
-                          shown(root, writer.shown))
-            async for chunk in request.stream():
-                if chunk:
-                    await asyncio.to_thread(writer.write, chunk)
-            entry = await asyncio.to_thread(writer.commit)
-        except BaseException:
-            with contextlib.suppress(Exception):  # off the loop: the disk may be frozen
-                await disk_io.run(writer.abort)
-            raise
+        entry = await disk_io.fill(writer, request.stream(), first=lambda: _record(
+            request, principal, session_id, "file.write", shown(root, writer.shown)))
     finally:
         ws.close()
     return FileEntryOut(path=shown(root, entry.path), size=entry.size, mtime=entry.mtime)

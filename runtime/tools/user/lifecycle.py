@@ -21,6 +21,7 @@ from runtime.tools.base import (
     TOOL_NAME_PATTERN,
     BuiltinTool,
     NoParams,
+    P,
     ToolContext,
     ToolParams,
     ToolResult,
@@ -44,6 +45,16 @@ OffLoop = Callable[..., Awaitable[Any]]
 """`ToolRegistry.off_loop`: `(tenant, fn, *args)` run in the tenant's worker-thread line."""
 
 
+class _OwnTool(BuiltinTool[P]):
+    """One of the tools that manage the agent's own tools: `group:meta`, over the tenant's
+    catalogs of user tools."""
+
+    group = "group:meta"
+
+    def __init__(self, catalogs: UserToolCatalogs) -> None:
+        self.catalogs = catalogs
+
+
 class WriteToolParams(ToolParams):
     name: str = Field(pattern=TOOL_NAME_PATTERN, description="tool name, e.g. word_count")
     code: str = Field(
@@ -52,19 +63,18 @@ class WriteToolParams(ToolParams):
     )
 
 
-class WriteToolTool(BuiltinTool[WriteToolParams]):
+class WriteToolTool(_OwnTool[WriteToolParams]):
     name = "write_tool"
     description = (
         "Create or replace one of your own tools. " + TEMPLATE_HINT
         + " The file is checked (syntax, descriptor) but not run; once written, call it "
         "by its name right away."
     )
-    group = "group:meta"
     Params = WriteToolParams
 
     def __init__(self, catalogs: UserToolCatalogs,
                  builtin_names: Callable[[], Collection[str]] = frozenset) -> None:
-        self.catalogs = catalogs
+        super().__init__(catalogs)
         self.builtin_names = builtin_names  # the registry's: a user tool may not take one
 
     async def execute(self, params: WriteToolParams, ctx: ToolContext) -> ToolResult:
@@ -94,17 +104,16 @@ class ToolTestParams(ToolParams):
     )
 
 
-class ToolTestTool(BuiltinTool[ToolTestParams]):
+class ToolTestTool(_OwnTool[ToolTestParams]):
     name = "test_tool"
     description = (
         "Run one of your tools once in the sandbox with the given params, as stored now "
         "(before or after reload_tools), and show its result or error."
     )
-    group = "group:meta"
     Params = ToolTestParams
 
     def __init__(self, catalogs: UserToolCatalogs, off_loop: OffLoop | None = None) -> None:
-        self.catalogs = catalogs
+        super().__init__(catalogs)
         self.off_loop = off_loop  # the registry's (validation in the tenant's own line)
 
     async def execute(self, params: ToolTestParams, ctx: ToolContext) -> ToolResult:
@@ -129,14 +138,10 @@ class ToolTestTool(BuiltinTool[ToolTestParams]):
         return await run_user_tool(loaded, store, args, ctx, action)
 
 
-class ReloadToolsTool(BuiltinTool[NoParams]):
+class ReloadToolsTool(_OwnTool[NoParams]):
     name = "reload_tools"
     description = "Reload your user tools from disk; lists what loaded and what failed."
-    group = "group:meta"
     Params = NoParams
-
-    def __init__(self, catalogs: UserToolCatalogs) -> None:
-        self.catalogs = catalogs
 
     async def execute(self, params: NoParams, ctx: ToolContext) -> ToolResult:
         await record_change(ctx, "tool.reload", "*")
@@ -158,14 +163,10 @@ class DeleteToolParams(ToolParams):
     name: str = Field(pattern=TOOL_NAME_PATTERN, description="the user tool to delete")
 
 
-class DeleteToolTool(BuiltinTool[DeleteToolParams]):
+class DeleteToolTool(_OwnTool[DeleteToolParams]):
     name = "delete_tool"
     description = "Delete one of your own tools (shipped tools cannot be deleted)."
-    group = "group:meta"
     Params = DeleteToolParams
-
-    def __init__(self, catalogs: UserToolCatalogs) -> None:
-        self.catalogs = catalogs
 
     async def execute(self, params: DeleteToolParams, ctx: ToolContext) -> ToolResult:
         await record_change(ctx, "tool.delete", params.name, tool=params.name)
