@@ -10,7 +10,10 @@ back to back after a warm-up, each path's containers under a cgroup of its own
 ``bench/engine_acct.py`` reads what each component used in the window.
 
 Paths: ``docker_run_rm`` (the docker CLI, ``--rm``), ``cold`` and ``warm`` (``DockerBackend``
-in this process, warm pool off / one per session), ``gvisor_cold``, ``gvisor_warm`` (runsc).
+in this process, warm pool off / one per session), ``gvisor_cold``, ``gvisor_warm`` (runsc),
+and a candidate, ``runc_direct``: ``runc run`` on an OCI bundle of the same image and
+hardening (``bench/runc_bundle.py``; no dockerd, containerd or shim: runc is this process's
+child, its time in ``runc``, the container's in ``container``). Not in the default set.
 Result: ``bench/results/engine-<utc>.json``.
 """
 
@@ -38,6 +41,7 @@ from bench.engine_acct import (
     snapshot,
 )
 from bench.exec_bench import COMMAND, RESULTS_DIR, Paths, _sweep
+from bench.runc_bundle import Bundle
 from runtime.config import Settings
 from runtime.logging import configure_logging
 
@@ -47,7 +51,9 @@ PATHS = {  # name → (tier, how a call runs)
     "warm": ("runc", "warm"),
     "gvisor_cold": ("gvisor", "cold"),
     "gvisor_warm": ("gvisor", "warm"),
+    "runc_direct": ("runc", "direct"),
 }
+DEFAULT_PATHS = [name for name in PATHS if name != "runc_direct"]
 ENGINE = ("dockerd", "containerd", "shim_bootstrap", "shim", "runc")
 COMPONENTS = (*ENGINE, "container", "supervisor")
 SETTLE_S = 0.2  # after the last container is gone: the daemons' trailing bookkeeping
@@ -58,7 +64,8 @@ def _delta(end: Any, begin: Any, attr: str) -> float:
 
 
 def breakdown(tracker: ShimTracker, begin: Snapshot, end: Snapshot, calls: int,
-              cores: int, removed_running: bool = False) -> dict[str, Any]:
+              cores: int, removed_running: bool = False, direct: bool = False
+              ) -> dict[str, Any]:
     """Seconds → ms per call for every component, the totals and the ceilings they imply.
 
     runc/runsc is what the shims reaped minus what of the container reached them: all of
@@ -81,6 +88,9 @@ def breakdown(tracker: ShimTracker, begin: Snapshot, end: Snapshot, calls: int,
         "container": container,
         "supervisor": (end.self_s - begin.self_s) + (end.children_s - begin.children_s),
     }
+    if direct:  # runc is our child: what it reaped but the container's is its own
+        seconds["runc"] = (end.children_s - begin.children_s) - container
+        seconds["supervisor"] = end.self_s - begin.self_s
     ms = {k: round(v * 1000 / calls, 2) for k, v in seconds.items()}
     engine = sum(seconds[k] for k in ENGINE)
     total = engine + seconds["container"] + seconds["supervisor"]
@@ -119,6 +129,10 @@ class PathRun:
         at = argv.index(image)
         self.paths.naive = [*argv[:at], "--cgroup-parent", self.cgroup, *argv[at:]]
         self.served_warm = 0
+        self.bundle: Bundle | None = None
+        if self.kind == "direct":
+            self.bundle = Bundle(image, self.paths.workspace("s"), self.cgroup,
+                                 self.paths.data_dir / "bundle", list(COMMAND))
 
     @property
     def backend(self) -> Any:
@@ -127,6 +141,10 @@ class PathRun:
     async def call(self, wait: bool = True) -> None:
         if self.kind == "docker":
             await self.paths.docker_run()
+            return
+        if self.bundle is not None:
+            if await asyncio.to_thread(self.bundle.run) != b"1\n":
+                raise RuntimeError("runc_direct: unexpected output")
             return
         if self.kind == "warm" and wait:
             await self.ready()
@@ -151,7 +169,9 @@ class PathRun:
 
     async def run(self, tracker: ShimTracker, daemons: dict[str, int], calls: int,
                   cores: int) -> dict[str, Any]:
-        if self.kind != "docker":
+        if self.bundle is not None:
+            await asyncio.to_thread(self.bundle.make)
+        elif self.kind != "docker":
             await self.backend.start()
         for first in (True, False):  # warm-up: caches; a warm session's first call is cold
             await self.call(wait=not first)
@@ -168,7 +188,8 @@ class PathRun:
         # under gVisor the sandbox is no idle tini: its teardown after the kill reaches the shim
         # too, so its samples would count it twice; the cgroup gives runsc a lower bound there
         removed_running = self.kind == "warm" and self.tier == "runc"
-        out = breakdown(tracker, begin, end, calls, cores, removed_running)
+        out = breakdown(tracker, begin, end, calls, cores, removed_running,
+                        direct=self.bundle is not None)
         out["runc_from"] = "sampled_inits" if removed_running else "container_cgroup"
         idle = breakdown(tracker, idle_b, idle_e, 1, cores)["cpu_ms_per_call"]
         out["idle_ms_per_s"] = {  # the daemons with no call of ours (others' work included)
@@ -180,6 +201,8 @@ class PathRun:
         return out
 
     async def close(self) -> int:
+        if self.bundle is not None:
+            self.bundle.close()
         await self.paths.close()
         leftovers = len(await _sweep(self.paths))
         shutil.rmtree(self.paths.data_dir, ignore_errors=True)
@@ -249,7 +272,8 @@ def table(results: dict[str, Any]) -> str:
 
 def cli(
     calls: int = typer.Option(30, "--calls", min=2, help="Calls per path."),
-    paths: str = typer.Option(",".join(PATHS), "--paths", help="Comma-separated paths."),
+    paths: str = typer.Option(",".join(DEFAULT_PATHS), "--paths",
+                              help="Comma-separated paths (also: runc_direct)."),
     image: str = typer.Option("navi/python:latest", "--image", help="Image of the calls."),
     out: str = typer.Option(str(RESULTS_DIR), "--out", help="Directory for the JSON result."),
 ) -> None:
