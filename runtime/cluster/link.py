@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.cluster.rayproc import NODE_LABEL, NODE_RESOURCE
 from runtime.errors import ClusterError
 
 NAMESPACE = "navi"  # the control plane's and the node agents' Ray namespace
+NODE_RESOURCE = "navi_node"  # what makes a Ray node a Navi node
+NODE_LABEL = "navi-node"  # a node's Navi id (its Ray label); without one, its IP address
 
 
 def token_file(data_dir: Path) -> Path:

@@ -8,7 +8,7 @@ a session's node in the store (`Nodes.lookup`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runtime.cluster import link
 from runtime.cluster.link import RayNode
@@ -17,10 +17,33 @@ from runtime.errors import NotFound
 from runtime.nodes import SessionNode
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.config import Settings
+    from runtime.executor import Executor
+    from runtime.nodes import Nodes
+    from runtime.store import Store
 
 
-async def join_cluster(services: Services) -> ClusterPlane | None:
+class JoinDeps(Protocol):
+    """What joining needs of the server (the API's `Services` is one; this package never
+    imports `runtime.api`): its settings, store, nodes and executor, and where the plane
+    goes."""
+
+    cluster: ClusterPlane | None
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def nodes(self) -> Nodes: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+
+async def join_cluster(services: JoinDeps) -> ClusterPlane | None:
     settings = services.settings
     if settings.cluster is None:
         return None
@@ -28,7 +51,7 @@ async def join_cluster(services: Services) -> ClusterPlane | None:
 
     def agent(node: RayNode) -> SessionNode:
         # imported once joined: Ray reads its token settings when it is first imported
-        from runtime.nodes.remote import agent_for
+        from runtime.nodes.control.remote import agent_for
 
         return agent_for(node.id, node.ray_id, on_lost=plane.lost)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cluster import netns
+from runtime.cluster.local import netns
 from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster, navi, status
 
 pytestmark = pytest.mark.docker

@@ -31,7 +31,7 @@ from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
 from tests.docker.node_plane import joined
 
 if TYPE_CHECKING:
-    from runtime.nodes.remote import RemoteNode
+    from runtime.nodes.control.remote import RemoteNode
 
 pytestmark = pytest.mark.docker
 cluster = module_cluster()
@@ -80,7 +80,7 @@ def test_a_nodes_data_dir_is_not_the_control_planes(
     """The node keeps its files under `NODE_DATA` in its own mount namespace: there the
     session's directory is, here (the control plane's namespace) that path is not; so a
     node path that leaked here, or a path of ours sent there, fails as across machines."""
-    from runtime.cluster.engines import NODE_DATA
+    from runtime.cluster.local.engines import NODE_DATA
 
     node, tenant, _sid = session
     engine = int((Path(next(n["run_dir"] for n in cluster.state["nodes"]
@@ -374,7 +374,7 @@ def test_a_restarted_agent_keeps_its_tenants_disk_limits(
     not unlimited until the control plane says it again."""
     from runtime.cluster import link
     from runtime.errors import DiskQuotaExceeded
-    from runtime.nodes.remote import agent_for
+    from runtime.nodes.control.remote import agent_for
 
     [tenant] = LIMITED
     ray_id = next(n.ray_id for n in link.nodes() if n.id == "n2")

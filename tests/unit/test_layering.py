@@ -90,9 +90,20 @@ def test_the_workspace_package_has_no_import_circle() -> None:
 def test_the_node_agent_does_not_import_the_cluster() -> None:
     """The node side stands below the cluster that joins and places it: the cluster's own
     addresses, which a node's egress proxies refuse, are read by the node agent alone and live
-    beside it (`runtime.nodes.cluster_addresses`)."""
-    agent = imports(ROOT / "runtime" / "nodes" / "agent.py")
-    assert sorted(m for m in agent if m.startswith("runtime.cluster")) == []
+    beside it (`runtime.nodes.agent.cluster_addresses`)."""
+    for path in (ROOT / "runtime" / "nodes" / "agent").glob("*.py"):
+        agent = imports(path)
+        assert sorted(m for m in agent if m.startswith(("runtime.cluster",
+                                                         "runtime.nodes.control"))) == [], path
+
+
+def test_the_node_side_and_the_control_side_stand_apart() -> None:
+    """`runtime.nodes.agent` (on the node) never imports `runtime.nodes.control` (on the
+    control plane); they share only the wire models, the errors and the machine start-up.
+    The local-cluster builder (`runtime.cluster.local`) is imported by neither side."""
+    for side in ("agent", "control"):
+        for path in (ROOT / "runtime" / "nodes" / side).glob("*.py"):
+            assert not [m for m in imports(path) if m.startswith("runtime.cluster.local")], path
 
 
 def test_sessions_do_not_import_the_api() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import InvalidInput, NotFound
-from runtime.nodes.node_objects import NodeObjects
+from runtime.nodes.agent.objects import NodeObjects
 from runtime.nodes.wire import (
     SESSION_TMP,
     SESSION_WORKSPACE,

@@ -17,9 +17,8 @@ from typing import Any
 
 import ray
 
-from runtime.nodes.agent import CHUNK
-from runtime.nodes.hop import Hop, wire
-from runtime.nodes.wire import FileOp, ReadOp, Where, WriteOpen
+from runtime.nodes.control.hop import Hop, wire
+from runtime.nodes.wire import CHUNK, FileOp, ReadOp, Where, WriteOpen
 from runtime.workspace.models import FileEntry, FileStat
 from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult
 from runtime.workspace.tmpdir import Root

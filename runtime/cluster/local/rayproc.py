@@ -16,10 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runtime.cluster.link import NODE_LABEL, NODE_RESOURCE
 from runtime.errors import ClusterError
-
-NODE_RESOURCE = "navi_node"
-NODE_LABEL = "navi-node"  # a node's Navi id (its Ray label); without one, its IP address
 
 
 def write_token(path: Path) -> None:
@@ -80,7 +78,7 @@ def start_node(netns: str, node_id: str, ip: str, address: str, token_file: Path
     """A Ray node in the namespace and in its engine's mount namespace (the node agent's
     loop mounts of session disks must be the ones its engine bind-mounts into containers);
     its workers see their own engine in DOCKER_HOST and their data dir in NAVI_DATA_DIR
-    (a path in that mount namespace: `engines.start_engine` made it)."""
+    (a path in that mount namespace: `runtime.cluster.local.engines.start_engine` made it)."""
     resources = json.dumps({NODE_RESOURCE: 1})
     env = ray_env(token_file, {"DOCKER_HOST": f"unix://{socket}", "NAVI_NODE_ID": node_id,
                                "NAVI_DATA_DIR": str(data_dir)})

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import structlog
 
-from runtime.cluster import engines, netns, rayproc
-from runtime.cluster.state import ClusterState, NodeRecord, load, save, state_path
+from runtime.cluster.local import engines, netns, rayproc
+from runtime.cluster.local.state import ClusterState, NodeRecord, load, save, state_path
 from runtime.errors import ClusterError
 
 log = structlog.get_logger(__name__)

@@ -2,19 +2,19 @@
 
 Why: with a cluster, a session's files and containers live on one node; the control plane
 keeps the API, policy, audit and store and reaches the node only through this actor
-(`runtime.nodes.remote.RemoteNode` is its other end). It is the same hardened machinery as
+(`runtime.nodes.control.remote.RemoteNode` is its other end). It is the same hardened machinery as
 on one machine, started the same way (`runtime.nodes.machine.Machine`): `DockerBackend`
 (the node's engine from DOCKER_HOST, its images, warm pool, egress proxy, reaper) and
 `Workspaces` (session disks under the node's own data dir, the mount guard, idle release).
 Its egress proxies also refuse the cluster's own machines
-(`runtime.nodes.cluster_addresses`), read from Ray before it takes work.
+(`runtime.nodes.agent.cluster_addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
 (no dashboard, no job API run), and even then trusts no request: each is the JSON of a
 `runtime.nodes.wire` model, validated here; it names the session and what to mount, and
 the agent resolves that to its own directories (a path named in a request is refused).
 A tool's code comes by content hash into the node's tool-object directory
-(`runtime.nodes.node_objects`). The tenant disk limits it was told are kept in its data
+(`runtime.nodes.agent.objects`). The tenant disk limits it was told are kept in its data
 dir (`tenant-limits.json`), so a disk mounted again after a restart is admitted against
 them. Errors go back as `Failed` values (`runtime.nodes.failures`).
 Files move in bounded chunks (`CHUNK`, `READ_CHUNK`): reads are a streaming generator,
@@ -37,10 +37,10 @@ from typing import Any, TypeVar
 from runtime.config import Settings
 from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
-from runtime.nodes.cluster_addresses import ClusterAddresses
+from runtime.nodes.agent.cluster_addresses import ClusterAddresses
+from runtime.nodes.agent.objects import NodeObjects
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.machine import Machine
-from runtime.nodes.node_objects import NodeObjects
 from runtime.nodes.wire import (
     CreateDisk,
     FileOp,
@@ -58,7 +58,6 @@ from runtime.workspace import AtomicWriter, Workspace
 log = get_logger(__name__)
 T = TypeVar("T")
 
-CHUNK = 1024 * 1024  # the most bytes an upload sends a message (each one a Ray task here)
 READ_CHUNK = 1024 * 1024  # the most bytes a read streams a message
 GATE_KEPT_S = 60.0  # an open_gate whose run never came is dropped after this
 COALESCE_S = 0.005  # output within this of a chunk (or the end) goes in the same message
@@ -80,7 +79,7 @@ class _Upload:
 
 
 class NodeAgent:
-    """Made by `runtime.nodes.remote.agent_for` as a detached, named async Ray actor pinned
+    """Made by `runtime.nodes.control.remote.agent_for` as a detached, named async Ray actor pinned
     to its node. `data_dir`: the node's Navi data dir (default NAVI_DATA_DIR of the node);
     `disks`: session disks (loop-mounted images) on, off, or None: when the node can."""
 

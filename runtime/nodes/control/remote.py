@@ -7,7 +7,7 @@ caller knows the difference. Nothing of the node's file system crosses the hop: 
 are the JSON of `runtime.nodes.wire` models naming the session and what to mount; a file a
 call mounts (a user tool's copy) travels by its content hash, its bytes only the first time.
 
-- Files: `runtime.nodes.remote_files` (one actor call per operation, chunked streams).
+- Files: `runtime.nodes.control.files` (one actor call per operation, chunked streams).
 - Calls: the job is sent at once with a start gate; the node prepares the container (image,
   spec, warm take) while the write-ahead audit intent is written here, and runs nothing in
   it until `open_gate(exec_id, True)`, sent only once the intent is durable (False: the
@@ -15,7 +15,7 @@ call mounts (a user tool's copy) travels by its content hash, its bytes only the
   one machine, for one more message. The node streams the output back as it comes, then
   the result. The node's after-call work does not wait for the outcome record (`settled`
   stays on this side).
-- A dead or unreachable agent is `NodeUnavailable` (`runtime.nodes.hop`).
+- A dead or unreachable agent is `NodeUnavailable` (`runtime.nodes.control.hop`).
 
 Blocking methods (disk, files) call `ray.get` and must run on a worker thread, as
 `Workspaces` always did; the backend is async (ObjectRefs are awaited).
@@ -34,9 +34,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.errors import InvalidInput
-from runtime.nodes.agent import NodeAgent, actor_name
-from runtime.nodes.hop import LOST, Hop, wire
-from runtime.nodes.remote_files import RemoteFiles
+from runtime.nodes.agent.actor import NodeAgent, actor_name
+from runtime.nodes.control.files import RemoteFiles
+from runtime.nodes.control.hop import LOST, Hop, wire
 from runtime.nodes.wire import (
     MAX_OBJECT_BYTES,
     SESSION_TMP,
