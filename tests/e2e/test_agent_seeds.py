@@ -3,13 +3,15 @@ fake Ollama on loopback, everything observed over the public API): a plan approv
 `/v1/approvals` lifts plan mode and becomes the todo; `planning_mandatory` runs its phases and
 replans a failed step; the prompt carries the date, `NAVI_PUBLIC_URL` and the memory
 sections; images in a message reach the model; a profile's model list skips a missing model
-with a notice; a background sub-agent is followed and stopped as a process; `write_tool`'s
+with a notice; a background sub-agent (with its own todo) is followed, waited for and
+stopped as a process; `write_tool`'s
 tool is callable at once (a real tools-runner container)."""
 
 from __future__ import annotations
 
 import base64
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -197,10 +199,13 @@ def test_a_background_sub_agent_is_followed_and_stopped_as_a_process(
         messages = request["messages"]
         first = next(m for m in messages if m["role"] == "user")["content"]
         if "SUBTASK" in first:
+            if messages[-1]["role"] != "tool":
+                return Reply(calls=[Call("todo", {"action": "list"})])
             return Reply(content="still thinking", hang_s=20)
         if messages[-1]["role"] == "tool":
             return Reply(content="parent done")
-        return Reply(calls=[Call("spawn_agent", {"task": "SUBTASK: think",
+        return Reply(calls=[Call("todo", {"action": "add", "title": "parent step"}),
+                            Call("spawn_agent", {"task": "SUBTASK: think",
                                                  "background": True})])
     fake.model.fallback = route
     session = new_session(server, user)
@@ -210,10 +215,17 @@ def test_a_background_sub_agent_is_followed_and_stopped_as_a_process(
     with server.client(user) as client:
         listed = client.get(f"/v1/sessions/{session}/processes").json()
         (agent,) = [p for p in listed if p["kind"] == "agent"]
-        output = client.get(f"/v1/sessions/{session}/processes/{agent['id']}/output").json()
+        url = f"/v1/sessions/{session}/processes/{agent['id']}"
+        deadline = time.monotonic() + 30
+        while "(the todo list" not in (output := client.get(f"{url}/output").json())[
+                "output"] and time.monotonic() < deadline:
+            time.sleep(0.1)  # its first step's todo call
         stopped = client.delete(f"/v1/sessions/{session}/processes/{agent['id']}")
         after = client.get(f"/v1/sessions/{session}/processes/{agent['id']}").json()
     assert agent["state"] == "running" and "SUBTASK: think" in output["output"]
+    # its own todo list: empty, though the parent's has an item
+    assert "(the todo list is empty)" in output["output"], output
+    assert "parent step" not in output["output"]
     assert stopped.status_code in (200, 204), stopped.text
     assert (after["state"], after["reason"]) == ("exited", "stopped")
 
