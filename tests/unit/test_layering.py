@@ -6,6 +6,7 @@ for its next reader."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,7 @@ def imports(path: Path) -> set[str]:
     return found
 
 
+@cache
 def graph(package: str) -> dict[str, set[str]]:
     files = sorted((ROOT / Path(*package.split("."))).rglob("*.py"))
     return {module_of(f): {m for m in imports(f) if m.startswith(package)} for f in files}
@@ -141,4 +143,18 @@ def test_the_api_does_not_import_the_fronts_above_it() -> None:
     up = {f"{module}: {m}" for module, found in graph("runtime").items()
           if module.startswith("runtime.api") for m in found
           if m.startswith(("runtime.e2b", "runtime.server", "runtime.commands"))}
+    assert sorted(up) == []
+
+
+ABOVE_THE_API = ("runtime.api", "runtime.e2b", "runtime.server", "runtime.commands",
+                 "runtime.cli")
+
+
+def test_nothing_below_the_api_imports_it() -> None:
+    """Every package below the API takes what it needs of the server as a `Protocol`
+    (sessions/deps.py, agent/deps.py, processes/deps.py, cluster/serving.py:JoinDeps):
+    0 arrows back up (was sessions/ and cluster/serving.py -> api/services.py)."""
+    up = {f"{module}: {m}" for module, found in graph("runtime").items()
+          if not module.startswith(ABOVE_THE_API) for m in found
+          if m.startswith("runtime.api")}
     assert sorted(up) == []

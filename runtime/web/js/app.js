@@ -3,10 +3,11 @@
 // in the URL (`#/sessions/<id>`), so reload, back/forward and links keep it.
 
 import { Api, ApiError, describeError, tokenStore } from "./api.js";
-import { Attachments } from "./attachments.js";
 import { AuditView } from "./audit.js";
-import { $, h, clear, toast } from "./dom.js";
+import { wireInputs } from "./composer.js";
+import { $, clear, toast } from "./dom.js";
 import { FilesPanel, imageUrl, writtenImages } from "./files.js";
+import { PendingApprovals } from "./pending_approvals.js";
 import { ProcessesPanel } from "./processes.js";
 import { SharesList } from "./published.js";
 import { SessionAudit } from "./session_audit.js";
@@ -16,7 +17,6 @@ import { EventStream } from "./sse.js";
 import { Timeline } from "./timeline.js";
 import { TurnUndo } from "./turn_undo.js";
 
-const APPROVAL_POLL_MS = 5000;
 const SESSION_HASH = /^#\/sessions\/([^/?#]+)$/;
 
 // The session named by the URL, or null.
@@ -50,7 +50,8 @@ class App {
     this.role = null;
     this.views = new Map(); // session id -> {timeline, stream, lastEventId, session}
     this.active = null;
-    this.pollTimer = null;
+    this.approvals = new PendingApprovals({ active: () => this.active,
+      select: (id) => this.sessions?.select(id) });
     this.replaceUrlOnce = false; // the next opened session replaces the URL (no new entry)
     $("#signin-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
@@ -62,9 +63,7 @@ class App {
     }
     this.head = new SessionHead({ onChanged: (session) => this.sessions?.update(session) });
     this.sessionAudit = new SessionAudit();
-    this.wireComposer();
-    this.wireStop();
-    this.wireRunBox();
+    wireInputs(this);
     // Back/forward (or an edited URL) between sessions: open the one the URL names.
     window.addEventListener("hashchange", () => this.followUrl());
   }
@@ -175,7 +174,7 @@ class App {
       } else if (wanted) {
         this.setUrl(null, { replace: true });
       }
-      this.pollApprovals();
+      this.approvals.start(api);
     } else {
       this.showView("audit");
     }
@@ -186,7 +185,7 @@ class App {
     this.views.clear();
     this.active = null;
     clear($("#timeline-slot"));
-    clearTimeout(this.pollTimer);
+    this.approvals.stop();
     tokenStore.clear();
     this.api = null;
     this.sessions = null;
@@ -254,7 +253,7 @@ class App {
     this.shares.show(session.id);
     this.processes.show(session.id);
     this.connect(view);
-    this.renderPending();
+    this.approvals.render();
   }
 
   async loadHistory(view) {
@@ -281,7 +280,7 @@ class App {
           this.processes.handle(event);  // a session's background processes, live
         }
         if (event.type === "approval_required" || event.type === "approval_decided") {
-          this.pollApprovals();
+          this.approvals.poll();
         }
         if (event.type === "profile_changed") {  // switch_profile: the active profile
           view.session.profile = event.profile;
@@ -315,120 +314,6 @@ class App {
     }
   }
 
-  // -- approvals across the tenant's sessions ----------------------------------------------
-
-  async pollApprovals() {
-    clearTimeout(this.pollTimer);
-    if (!this.api || this.role === "auditor") return;
-    try {
-      this.pending = await this.api.get("/v1/approvals");
-    } catch {
-      this.pending = [];
-    }
-    this.renderPending();
-    this.pollTimer = setTimeout(() => this.pollApprovals(), APPROVAL_POLL_MS);
-  }
-
-  renderPending() {
-    const pending = Array.isArray(this.pending) ? this.pending : [];
-    const box = $("#pending");
-    const list = clear($("#pending-list"));
-    const elsewhere = [];
-    for (const approval of pending) {
-      const here = this.active && approval.session === this.active.session.id;
-      if (here) {
-        this.active.timeline.approvalPrompt({ ...approval, approval_id: approval.id },
-          approval.created_at);
-      } else {
-        elsewhere.push(approval);
-      }
-    }
-    box.hidden = elsewhere.length === 0;
-    for (const approval of elsewhere) {
-      const open = h("button", { type: "button", class: "link",
-        text: `${approval.tool} in session …${String(approval.session).slice(-6)}` });
-      open.addEventListener("click", () => this.sessions.select(approval.session));
-      list.append(h("li", {}, open));
-    }
-  }
-
-  // -- chat and direct runs ----------------------------------------------------------------
-
-  wireComposer() {
-    const form = $("#composer");
-    const input = $("#message-input");
-    const attachments = new Attachments({ form, input, list: $("#attachments"),
-      onProblem: (text) => toast(text, "error") });
-    input.addEventListener("keydown", (ev) => {
-      if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
-        ev.preventDefault();
-        form.requestSubmit();
-      }
-    });
-    form.addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      const view = this.active;
-      const images = view ? attachments.take() : [];
-      const content = input.value.trim() || (images.length ? "(see the image)" : "");
-      if (!content || !view) return;
-      input.value = "";
-      view.timeline.userMessage(images.length ? `${content}\n[${images.length} image(s)]`
-        : content);
-      try {
-        await this.api.post(`/v1/sessions/${encodeURIComponent(view.session.id)}/messages`,
-          images.length ? { content, images } : { content });
-        if (this.active === view) this.head.refreshTitle(); // titled by its first message
-      } catch (err) {
-        const text = `The message was not accepted: ${describeError(err)}`;
-        view.timeline.notice(text);
-        toast(text, "error");
-      }
-    });
-  }
-
-  wireStop() {
-    $("#stop-turn").addEventListener("click", async () => {
-      const view = this.active;
-      if (!view) return;
-      try {
-        await this.api.del(`/v1/sessions/${encodeURIComponent(view.session.id)}/turn`);
-        toast("The agent was stopped.");
-      } catch (err) {
-        toast(`Could not stop the agent: ${describeError(err)}`, "error");
-      }
-    });
-  }
-
-  wireRunBox() {
-    const form = $("#run-form");
-    const code = $("#run-code");
-    code.addEventListener("keydown", (ev) => {
-      if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
-        ev.preventDefault();
-        form.requestSubmit();
-      }
-    });
-    form.addEventListener("submit", async (ev) => {
-      ev.preventDefault();
-      const view = this.active;
-      const text = code.value;
-      if (!view || !text.trim()) return;
-      const choice = $("#run-tool").value;
-      let body = { tool: "code_exec", args: { language: choice, code: text } };
-      if (choice === "terminal") body = { tool: "terminal", args: { command: text } };
-      if (choice === "kernel") body = { tool: "kernel_exec", args: { code: text } };
-      const timeout = Number($("#run-timeout").value);
-      if (timeout > 0) body.timeout_s = timeout;
-      try {
-        const result = await this.api.post(
-          `/v1/sessions/${encodeURIComponent(view.session.id)}/exec`, body);
-        // The event stream normally finished the card already; this covers a stream gap.
-        view.timeline.handle({ type: "tool_result", tool: body.tool, ...result });
-      } catch (err) {
-        toast(`${body.tool}: ${describeError(err)}`, "error");
-      }
-    });
-  }
 }
 
 // true for 2xx, false for 403; anything else (401, network) is thrown.

@@ -66,3 +66,7 @@ export function toast(message, kind = "info") {
   box.append(item);
   setTimeout(() => item.remove(), kind === "error" ? 8000 : 4000);
 }
+
+export function capitalize(text) {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}

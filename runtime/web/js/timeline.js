@@ -3,10 +3,12 @@
 // notices (with a live "preparing the model" state), built from the session's events. Items
 // carry their time so history and replayed events land in order.
 
+import { ApprovalPrompts } from "./approval_prompts.js";
 import { ToolCard } from "./cards.js";
-import { h, formatTime } from "./dom.js";
-import { renderMarkdown } from "./markdown.js";
+import { h } from "./dom.js";
+import { NoticeCard } from "./notice_card.js";
 import { QuestionCards } from "./questions.js";
+import { Reply } from "./reply.js";
 
 export class Timeline {
   constructor({ onDecide, onChange, loadImage, findWritten = null, onTurn = () => {},
@@ -17,7 +19,6 @@ export class Timeline {
     this.turnEnds = new Map(); // turn id -> that slot
     this.loadImage = loadImage; // workspace path -> Promise of a blob URL
     this.findWritten = findWritten; // (since, until) -> Promise of files changed in between
-    this.onDecide = onDecide; // (approvalId, "approve"|"deny") -> Promise
     this.onChange = onChange; // called when tool results may have changed files
     this.el = h("div", {
       class: "timeline", role: "log", "aria-live": "polite", "aria-label": "Conversation",
@@ -28,7 +29,7 @@ export class Timeline {
     this.cards = new Map(); // exec_id -> ToolCard
     this.byCall = new Map(); // an agent's call_id -> ToolCard (sub-agents' steps nest there)
     this.openCards = []; // cards without an exec_id, matched by tool name
-    this.approvals = new Map(); // approval id -> prompt element
+    this.approvals = new ApprovalPrompts({ onDecide });
     this.reply = null; // the assistant reply being streamed
     this.split = false; // tool cards split the current turn's text into blocks
     this.running = false; // an agent turn is streaming
@@ -265,54 +266,12 @@ export class Timeline {
   }
 
   approvalPrompt(event, ts) {
-    const id = event.approval_id || event.id;
-    if (typeof id !== "string" || this.approvals.has(id)) return;
-    const status = h("p", { class: "approval-status", role: "status" });
-    const approve = h("button", { type: "button", class: "primary", text: "Approve" });
-    const deny = h("button", { type: "button", class: "danger", text: "Deny" });
-    const buttons = h("div", { class: "actions" }, approve, deny);
-    const args = JSON.stringify(event.args ?? {}, null, 2);
-    const node = h("section", {
-      class: "card approval", "aria-label": `Approval needed for ${event.tool}`,
-      dataset: { approvalId: id },
-    },
-    h("h3", { text: `Approval needed: ${event.tool}` }),
-    h("p", { class: "reason", text: event.reason || "The policy asks a person first." }),
-    event.rule ? h("p", { class: "rule", text: `Rule: ${event.rule}` }) : null,
-    h("pre", { text: args }),
-    event.expires_at ? h("p", { class: "meta", text: `Expires ${formatTime(event.expires_at)}` })
-      : null,
-    buttons, status);
-    const decide = async (decision) => {
-      approve.disabled = true;
-      deny.disabled = true;
-      status.textContent = decision === "approve" ? "Approving…" : "Denying…";
-      try {
-        const result = await this.onDecide(id, decision);
-        this.approvalDecided(id, result.status, result.decided_by);
-      } catch (err) {
-        status.textContent = err.message || String(err);
-        approve.disabled = false;
-        deny.disabled = false;
-      }
-    };
-    approve.addEventListener("click", () => decide("approve"));
-    deny.addEventListener("click", () => decide("deny"));
-    this.approvals.set(id, node);
-    this.place(node, ts);
-    if (event.status && event.status !== "pending") {
-      this.approvalDecided(id, event.status, event.decided_by);
-    }
+    const node = this.approvals.prompt(event);
+    if (node) this.place(node, ts);
   }
 
   approvalDecided(id, status, by) {
-    const node = this.approvals.get(id);
-    if (!node) return;
-    node.classList.add("decided", status === "approved" ? "approved" : "denied");
-    const actions = node.querySelector(".actions");
-    if (actions) actions.remove();
-    node.querySelector(".approval-status").textContent =
-      `${capitalize(status || "decided")}${by ? ` by ${by}` : ""}`;
+    this.approvals.decided(id, status, by);
   }
 
   errorNote(event, ts) {
@@ -364,162 +323,6 @@ export class Timeline {
   }
 }
 
-// The runtime's notice: its message, and the phase and progress when the notice has them.
-class NoticeCard {
-  constructor(event, waiting) {
-    this.message = h("span", { class: "notice-message" });
-    this.phase = h("span", { class: "phase", hidden: true });
-    this.bar = h("progress", { max: "100", hidden: true, "aria-label": "Progress" });
-    this.percent = h("span", { class: "percent", hidden: true });
-    this.el = h("div", { class: `notice-card${waiting ? " preparing" : ""}`, role: "status",
-      "aria-live": "polite" },
-    h("span", { class: "spinner", "aria-hidden": "true" }),
-    h("div", { class: "notice-body" }, this.message,
-      h("div", { class: "notice-progress" }, this.phase, this.bar, this.percent)));
-    this.update(event);
-  }
-
-  update(event) {
-    const message = String(event.message ?? event.text ?? "");
-    if (message) this.message.textContent = message;
-    const phase = typeof event.phase === "string" ? event.phase : "";
-    this.phase.hidden = !phase;
-    this.phase.textContent = phase ? capitalize(phase.replace(/[_-]+/g, " ")) : "";
-    this.el.dataset.phase = phase;
-    const percent = percentOf(event);
-    this.bar.hidden = percent === null;
-    this.percent.hidden = percent === null;
-    if (percent !== null) {
-      this.bar.value = percent;
-      this.percent.textContent = `${Math.round(percent)}%`;
-    }
-    if (/^(ready|done|finished)$/i.test(phase)) this.end(false);
-    else if (/^(failed|error)$/i.test(phase)) this.end(true);
-  }
-
-  // The turn moved on: the model is ready (or the turn failed); the progress row says so.
-  end(failed) {
-    if (!this.el.classList.contains("preparing")) return;
-    this.el.classList.remove("preparing");
-    this.el.classList.add(failed ? "failed" : "ready");
-    this.phase.hidden = false;
-    this.phase.textContent = failed ? "Failed" : "Ready";
-    this.bar.hidden = true;
-    this.percent.hidden = true;
-  }
-}
-
-// A notice's progress as a percentage, or null: `progress` as a fraction (0..1) or a
-// percentage (1..100), or {done|completed|current, total}; also `done`/`total` beside it.
-function percentOf(event) {
-  let value = event.progress;
-  if (value && typeof value === "object") {
-    const done = value.done ?? value.completed ?? value.current;
-    value = typeof done === "number" && value.total > 0 ? done / value.total : null;
-  } else if (typeof value !== "number" && typeof event.done === "number" && event.total > 0) {
-    value = event.done / event.total;
-  }
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) return null;
-  const percent = value <= 1 ? value * 100 : value;
-  return Math.min(100, percent);
-}
-
-const STOP_REASONS = {
-  cancelled: "Stopped by a person.",
-  max_iterations: "Stopped: the step limit was reached.",
-  stalled: "Stopped: the agent repeated itself.",
-  too_long: "Stopped: the answer was too long.",
-};
-
-// An assistant reply: a collapsible thinking section and the streamed answer text.
-class Reply {
-  constructor() {
-    this.thinking = null;
-    this.thinkingText = null;
-    this.text = h("div", { class: "text markdown" });
-    this.raw = ""; // the answer's Markdown source
-    this.frame = 0;
-    this.el = h("div", { class: "msg assistant streaming", "aria-busy": "true" },
-      h("span", { class: "who", text: "Agent" }), this.text);
-    this.closed = false;
-    this.finished = false;
-  }
-
-  addThinking(delta, finished = false) {
-    if (!this.thinking) {
-      this.thinkingText = h("div", { class: "thinking-text" });
-      this.thinking = h("details", { class: "thinking", open: !finished },
-        h("summary", { text: finished ? "Thinking" : "Thinking…" }), this.thinkingText);
-      this.el.insertBefore(this.thinking, this.text);
-    }
-    this.thinkingText.textContent += String(delta ?? "");
-  }
-
-  endThinking() {
-    if (!this.thinking) return;
-    this.thinking.open = false;
-    this.thinking.querySelector("summary").textContent = "Thinking";
-  }
-
-  addText(delta) {
-    this.endThinkingIfOpen();
-    this.raw += String(delta ?? "");
-    // Re-render the Markdown at most once a frame while the answer streams in.
-    if (!this.frame) {
-      this.frame = requestAnimationFrame(() => {
-        this.frame = 0;
-        this.render();
-      });
-    }
-  }
-
-  setText(text) {
-    this.raw = String(text ?? "");
-    this.render();
-  }
-
-  render() {
-    if (this.frame) {
-      cancelAnimationFrame(this.frame);
-      this.frame = 0;
-    }
-    this.text.replaceChildren(renderMarkdown(this.raw));
-  }
-
-  pause() {
-    // A tool card comes next: later text goes into a new reply block below it.
-    this.closed = true;
-    if (this.frame) this.render();
-    this.dropIfEmpty();
-  }
-
-  dropIfEmpty() {
-    if (!this.thinking && !this.raw) this.el.remove();
-  }
-
-  finish(content, reason) {
-    if (typeof content === "string" && content) this.setText(content);
-    else if (this.frame) this.render();
-    const why = STOP_REASONS[reason];
-    if (why) this.el.append(h("p", { class: "stop-reason", text: why }));
-    this.finished = true;
-    this.done();
-  }
-
-  endThinkingIfOpen() {
-    if (this.thinking && this.thinking.open) this.endThinking();
-  }
-
-  done() {
-    this.closed = true;
-    if (this.frame) this.render();
-    this.endThinkingIfOpen();
-    this.el.classList.remove("streaming");
-    this.el.removeAttribute("aria-busy");
-    this.dropIfEmpty();
-  }
-}
-
 function deltaOf(event) {
   for (const key of ["delta", "content", "text", "data"]) {
     if (typeof event[key] === "string") return event[key];
@@ -531,8 +334,4 @@ function toSeconds(value) {
   if (typeof value === "number") return value > 1e12 ? value / 1000 : value;
   const parsed = Date.parse(value);
   return Number.isNaN(parsed) ? -Infinity : parsed / 1000;
-}
-
-function capitalize(text) {
-  return text.charAt(0).toUpperCase() + text.slice(1);
 }
