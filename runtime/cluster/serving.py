@@ -28,19 +28,11 @@ class JoinDeps(Protocol):
     imports `runtime.api`): its settings, store, nodes and executor, and where the plane
     goes."""
 
-    cluster: ClusterPlane | None
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
-
-    @property
-    def executor(self) -> Executor: ...
+    settings: Settings
+    store: Store
+    nodes: Nodes
+    executor: Executor
+    cluster: ClusterPlane | None  # set here, once joined
 
 
 async def join_cluster(services: JoinDeps) -> ClusterPlane | None:
