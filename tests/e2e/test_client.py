@@ -43,7 +43,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     policy = yaml.safe_load((ROOT / "policies" / "default.yaml").read_text())
     policy["tenants"][SLOW] = {**policy["tenants"]["*"], "quotas": {"execs_per_minute": 1}}
     (tmp / "policy.yaml").write_text(yaml.safe_dump(policy))
-    srv = start_server(tmp, policy=tmp / "policy.yaml", extra_env={"NAVI_EMBEDDED_MODEL": "off"})
+    srv = start_server(tmp, policy=tmp / "policy.yaml", extra_env={"NAVI_EMBEDDED_MODEL": "off"},
+                       ready_s=90)
     yield srv
     stop_server(srv)
 

@@ -12,13 +12,21 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Server
+from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("standalone"), ready_s=90)
+    yield srv
+    stop_server(srv)
 
 PROBE = textwrap.dedent("""
     import importlib.metadata as md, importlib.util, json, os, sys
@@ -45,13 +53,15 @@ PROBE = textwrap.dedent("""
 def test_the_client_installs_alone_and_calls_a_server(server: Server, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # no pip of its own (ensurepip is the slow part): this pip installs into it (--python)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
     python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     source = tmp_path / "navi-client"  # a copy: pip builds in the tree it installs from
     shutil.copytree(ROOT / "clients" / "python", source,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q",
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                           "--disable-pip-version-check", str(source)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stdout + pip.stderr
@@ -68,4 +78,4 @@ def test_the_client_installs_alone_and_calls_a_server(server: Server, tmp_path: 
     assert sorted(r.split(">")[0].split("=")[0].strip() for r in seen["requires"]) == [
         "httpx", "pydantic"]
     assert not {"docker", "fastapi", "uvicorn", "mcp", "navi-runtime"} & set(seen["dists"])
-    print(f"venv + pip install ./clients/python: {installed_s:.1f} s")
+    print(f"venv + pip install ./clients/python: {installed_s:.1f} s")  # -s shows it
