@@ -211,7 +211,8 @@ class KernelBackend:
                 raise SandboxError("a kernel needs the session's files")
             session_dir = request.workspace.parent
             record = await asyncio.to_thread(state.read_record, session_dir, key[1])
-            if record is not None and record.state == "running":  # lost in a server restart
+            if record is not None and record.state == "running" and not (  # a server died
+                    await asyncio.to_thread(state.saved_since_start, session_dir, key[1])):
                 await asyncio.to_thread(state.remove, session_dir, key[1])
                 return None, "the kernel ended with the server"
             uid = request.uid if request.uid is not None else self.docker.config.sandbox_uid

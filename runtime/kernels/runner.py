@@ -13,9 +13,12 @@ JSON lines with the supervisor over the container's attached stdin/stdout:
          | {"ev": "done", "id", "status", "error", "execution_count"} | {"ev": "died"}
          | {"ev": "saved", "saved", "lost", "error"} | {"ev": "restored", "restored", "lost"}
 
-Saving and restoring run as code inside the kernel itself (``dill``, name by name, so what
-cannot be pickled is named in ``lost`` instead of failing the lot): saved state is tenant
-data and is only ever unpickled here, in the kernel's own sandbox.
+When stdin ends (the engine closes it when the server's attach goes: a server killed
+without saving its kernels), the names are saved as for ``save`` before the runner exits, so
+the next server restores them. Saving and restoring run as code inside the kernel itself
+(``dill``, name by name, so what cannot be pickled is named in ``lost`` instead of failing
+the lot): saved state is tenant data and is only ever unpickled here, in the kernel's own
+sandbox.
 """
 
 from __future__ import annotations
@@ -199,7 +202,8 @@ class Runner:
         while True:
             job = self.jobs.get()
             op = job.get("op")
-            if op == "quit":
+            if op == "quit":  # stdin ended: the server's attach went (killed); keep the names
+                self.run_code(SAVE_CODE % (state, meta), None)
                 return
             if op == "exec":
                 done = self.run_code(str(job.get("code", "")), str(job.get("id", "")))

@@ -64,6 +64,18 @@ def has_saved_state(session_dir: Path, name: str) -> bool:
         return False
 
 
+def saved_since_start(session_dir: Path, name: str) -> bool:
+    """Whether ``state.pkl`` was written after the kernel's record (its last start): a
+    kernel whose server died saved its names when its stdin ended."""
+    root = kernels_dir(session_dir)
+    try:
+        written = os.lstat(root / name / STATE_FILE)
+        started = os.lstat(root / f"{name}.json")
+    except OSError:
+        return False
+    return stat.S_ISREG(written.st_mode) and written.st_mtime_ns > started.st_mtime_ns
+
+
 def read_record(session_dir: Path, name: str) -> KernelRecord | None:
     try:
         raw = (kernels_dir(session_dir) / f"{name}.json").read_bytes()
@@ -113,7 +125,8 @@ def saved(session_dir: Path) -> list[KernelInfo]:
         if not KERNEL_NAME.fullmatch(name) or not has_saved_state(session_dir, name):
             continue
         record = read_record(session_dir, name)
-        if record is not None and record.state == "saved":
+        if record is not None and (record.state == "saved" or (  # or saved as its server died
+                record.state == "running" and saved_since_start(session_dir, name))):
             found.append(KernelInfo(name=name, state="saved", started_at=record.started_at,
                                     last_used_at=record.last_used_at))
     return found

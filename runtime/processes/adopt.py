@@ -1,9 +1,12 @@
 """After a restart: each process whose record says ``running`` is adopted or ended.
 
-Adopted when its container still runs on this machine and it needs nothing the old server
-held (an egress proxy lived in that server: a process with egress is ended): the session's
-lease is taken again, its stdio attached again (output from now on: what it wrote while no
-server read it is lost), its log continued, its lifetime counted from its start. Otherwise
+Adopted when its container still runs on this machine: the session's lease is taken again,
+its egress proxy (if the policy granted egress) served again with the allowlist it was
+started with (``runtime.processes.egress``), its output attached again (from now on: what
+it wrote while no server read it is lost), its log continued, its lifetime counted from its
+start. Its stdin is not: containers are created ``StdinOnce`` (so that closing the attach's
+stdin is the program's EOF, ``input {eof: true}``), and the engine closed the program's stdin
+when the old server's attach went; ``input`` answers 409 ``conflict``. Otherwise
 its record is closed ``interrupted`` (with the exit code, if it had exited) and
 ``process.exit`` audited. The ids of adopted containers are returned: the reaper's start-up
 sweep removes every other container of this instance, so none outlives its record.
@@ -16,9 +19,11 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from runtime.audit.records import AuditEntry
+from runtime.errors import SandboxError
 from runtime.logging import get_logger
 from runtime.nodes.base import LOCAL
 from runtime.processes.container import LEASE_GRACE_S
+from runtime.processes.egress import ProcessEgress
 from runtime.processes.launch import docker_backend
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord
@@ -41,10 +46,10 @@ async def adopt_all(service: ProcessService) -> frozenset[str]:
         summary = found.get(record.id)
         alive = summary is not None and summary.get("State") == "running" and \
             summary.get("Id") == record.container
-        if alive and not egress and record.node == LOCAL:
+        if alive and record.node == LOCAL:
             try:
                 assert summary is not None
-                await _adopt(service, record, summary)
+                await _adopt(service, record, summary, egress)
                 kept.add(str(summary["Id"]))
                 continue
             except Exception as exc:
@@ -54,15 +59,22 @@ async def adopt_all(service: ProcessService) -> frozenset[str]:
     return frozenset(kept)
 
 
-async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[str, Any]
-                 ) -> None:
+async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[str, Any],
+                 egress: bool) -> None:
     services = service.services
     containers = service.ends.containers
     node = services.nodes.get(record.node)
     lease = await asyncio.to_thread(node.open, record.tenant_id, record.session_id)
+    proxy = None
     try:
+        if egress:
+            proxy = await ProcessEgress(containers.backend).reopen(record.id)
+            if proxy is None:
+                raise SandboxError("its egress allowlist was not kept")
         attached = await containers.reattach(str(summary["Id"]))
     except BaseException:
+        if proxy is not None:
+            await proxy.close()
         await asyncio.to_thread(lease.close)
         raise
     outlog = await asyncio.to_thread(service.ends.log_of, record)
@@ -70,6 +82,8 @@ async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[s
                        services.hub.bus(record.session_id))
     live.stdin_open = False  # its stdin went with the last server's attach
     live.closers.append(lambda: asyncio.to_thread(lease.close))
+    if proxy is not None:
+        live.closers += [proxy.close, lambda: ProcessEgress(containers.backend).forget(record.id)]
     lease_until = float((summary.get("Labels") or {}).get(LABEL_LEASE, "0") or 0)
     lifetime_s = max(0.0, lease_until - 1 - LEASE_GRACE_S - record.started_at)
     service.admission.places.hold(record.tenant_id, record.session_id, record.id,
@@ -88,6 +102,7 @@ async def _close(service: ProcessService, record: ProcessRecord,
     outlog = service.ends.log_of(record)
     size = outlog.end
     outlog.close()
+    await ProcessEgress(service.ends.containers.backend).forget(record.id)
     await service.records.close(record.id, exit_code=code, reason="interrupted",
                                 output_bytes=size)
     with contextlib.suppress(Exception):

@@ -26,7 +26,9 @@ from typing import Any
 
 import docker.errors
 
+from runtime.egress import CONTAINER_SOCKET
 from runtime.errors import SandboxError
+from runtime.processes.egress import SOCK as EGRESS_SOCK
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.engine import DockerEngine
@@ -59,11 +61,14 @@ class ProcessContainers:
         return self.backend.engine
 
     async def spec(self, request: ExecRequest, *, record_id: str, lifetime_s: float,
-                   egress: Path | None = None, mounts: tuple[BindMount, ...] = (),
-                   argv_prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                   home: str | None = None) -> ContainerSpec:
+                   egress: Path | None = None, egress_dir: BindMount | None = None,
+                   mounts: tuple[BindMount, ...] = (), argv_prefix: tuple[str, ...] = (),
+                   env: dict[str, str] | None = None, home: str | None = None
+                   ) -> ContainerSpec:
         """The call's hardened spec for ``request``, leased for ``lifetime_s`` (``home``:
-        its HOME instead of /tmp, e.g. where ``request.workdir`` mounts the workspace)."""
+        its HOME instead of /tmp, e.g. where ``request.workdir`` mounts the workspace;
+        ``egress_dir``: the directory holding a link to the ``egress`` socket, mounted
+        instead of the socket itself, see ``runtime.processes.egress``)."""
         await self.backend.start()
         image_id = await self.engine.image_id_of(request.image)
         spec = self.backend._spec(request, image_id, egress)
@@ -73,6 +78,10 @@ class ProcessContainers:
         lease = int(time.time() + lifetime_s + LEASE_GRACE_S) + 1
         update: dict[str, Any] = {"labels": {**spec.labels, LABEL_LEASE: str(lease),
                                              LABEL_PROCESS: record_id}}
+        if egress_dir is not None:
+            kept = tuple(m for m in spec.mounts if m.target != CONTAINER_SOCKET)
+            spec = spec.model_copy(update={"mounts": (*kept, egress_dir), "env": {
+                **spec.env, "NAVI_EGRESS_SOCKET": f"{egress_dir.target}/{EGRESS_SOCK}"}})
         if mounts:
             update["mounts"] = spec.mounts + mounts
         if argv_prefix:

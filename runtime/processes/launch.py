@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.egress import EgressProxy
 from runtime.errors import Conflict
 from runtime.policy.decision import Decision, Subject
+from runtime.processes.egress import ProcessEgress
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord, StartSpec
 from runtime.sandbox.docker import attach
@@ -77,13 +77,13 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
         workspace = await asyncio.to_thread(node.verify, subject.tenant, subject.session)
         tmp = node.tmp_path(subject.tenant, subject.session)
         egress_socket = None
-        if decision.egress_allowlist:
-            proxy = EgressProxy(decision.egress_allowlist, backend.config.egress,
-                                exec_id=record.id, resolver=backend.egress_resolver,
-                                denied=backend.egress_denied)
-            await proxy.start(backend.config.data_dir / "egress")
+        egress_dir = None
+        if decision.egress_allowlist:  # kept where the next server can serve it again
+            egress = ProcessEgress(backend)
+            undo.append(lambda: egress.forget(record.id))
+            proxy = await egress.open(record.id, decision.egress_allowlist)
             undo.append(proxy.close)
-            egress_socket = proxy.socket_path
+            egress_socket, egress_dir = proxy.socket_path, egress.mount(record.id)
         extras = LaunchExtras()
         for hook in service.launch_hooks:
             more = await hook(record.public(), subject)
@@ -106,6 +106,7 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
         containers = service.ends.containers_for(backend)
         container_spec = await containers.spec(
             request, record_id=record.id, lifetime_s=lifetime_s, egress=egress_socket,
+            egress_dir=egress_dir,
             mounts=extras.mounts, argv_prefix=extras.argv_prefix,
             env={**extras.env, **TINI_GROUP_ENV}, home=extras.workdir)
         container = await containers.create(container_spec)

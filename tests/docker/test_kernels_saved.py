@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +116,29 @@ def test_a_running_kernel_is_saved_when_the_server_stops(tmp_path: Path) -> None
         with server.client(token) as client:
             back = execute(client, session, "kept")
             assert back["results"] == [{"text/plain": "'across'"}], back
+    finally:
+        stop_server(server)
+
+
+def test_a_kernel_keeps_its_names_when_the_server_is_killed(tmp_path: Path) -> None:
+    server = start_server(tmp_path, ready_s=180)
+    try:
+        _, token = server.tenant_with_user()
+        with server.client(token) as client:
+            session = client.post("/v1/sessions", json={}).json()["id"]
+            execute(client, session, "kept = 'through kill -9'")
+        server.process.send_signal(signal.SIGKILL)  # nothing saved by the server
+        server.process.wait(timeout=10)
+    finally:
+        stop_server(server)
+    server = start_server(tmp_path, ready_s=180)
+    try:
+        with server.client(token) as client:
+            listed = client.get(f"/v1/sessions/{session}/kernels").json()
+            assert [(k["name"], k["state"]) for k in listed] == [("default", "saved")], listed
+            back = execute(client, session, "kept")
+            assert back["error"] is None and back["restored"] == ["kept"], back
+            assert back["results"] == [{"text/plain": "'through kill -9'"}], back
     finally:
         stop_server(server)
 
