@@ -7,10 +7,10 @@ parent's (every tool it would be offered, the parent is offered too), for at mos
 `MAX_ITERATIONS` steps, and at most `limits.processes.max_agent_depth` levels deep (the
 policy's). Its calls take the one decision path and are audited with `parent_turn`; its
 events stream on the session's bus (its `stream_start` names the parent's call as
-`parent_call`, so clients nest them under that tool card). Its conversation is kept in memory for the call only: the parent's
-history holds the task and the answer, not the sub-agent's steps. It has its own todo and
-scratchpad (its subject's `agent_id`: its turn id, or a background agent's id), which no other
-agent's calls see; they go when it ends.
+`parent_call`, so clients nest them under that tool card). Its conversation is kept in
+memory for the call only: the parent's history holds the task and the answer, not the
+sub-agent's steps. It has its own todo and scratchpad (its subject's `agent_id`: its turn
+id, or a background agent's id), which no other agent's calls see; they go when it ends.
 """
 
 from __future__ import annotations
