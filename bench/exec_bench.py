@@ -180,7 +180,9 @@ class Paths:
         return await self.call(self.pooled_backend, f"ttfc-{uuid.uuid4().hex[:10]}", tmp=True)
 
     async def pool_ready(self) -> None:
-        await self.warm_ready(f"@{self.tenant}", backend=self.pooled_backend)
+        """gVisor has no tenant pool (docs/sandbox.md): its new sessions' first calls are cold."""
+        if self.limits.runtime == "runc":
+            await self.warm_ready(f"@{self.tenant}", backend=self.pooled_backend)
 
     async def close(self) -> list[str]:
         await self.cold_backend.close()

@@ -31,7 +31,10 @@ TREE = ("find . -printf '%p %m %s\\n' | sort; "
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("snapshots"), policy=POLICY,
-                       extra_env={"NAVI_DISK_OVERCOMMIT": "1", "NAVI_EMBEDDED_MODEL": "off"})
+                       extra_env={"NAVI_DISK_OVERCOMMIT": "1", "NAVI_EMBEDDED_MODEL": "off",
+                                  # the session pool: a warm container holds the disk
+                                  # between calls (the tenant pool binds it only during one)
+                                  "NAVI_WARM_LATE_BIND": "false"})
     yield srv
     stop_server(srv)
 

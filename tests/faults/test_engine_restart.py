@@ -32,7 +32,10 @@ def test_engine_restart_under_a_running_server(tmp_path: Path) -> None:
         engine.make_bridge()
         engine.start()
         engine.copy_image("navi/python:latest")
-        server = start_server(tmp_path, extra_env={"DOCKER_HOST": engine.host})
+        # the session pool: the running call's container carries the session's label (a
+        # tenant pool's container, started before the session, carries none)
+        server = start_server(tmp_path, extra_env={"DOCKER_HOST": engine.host,
+                                                   "NAVI_WARM_LATE_BIND": "false"})
         instance = instance_id(server.data_dir)
         tenant, token = server.tenant_with_user()
         with server.client(token) as client:
