@@ -212,3 +212,20 @@ async def test_at_most_two_notebooks_are_parsed_at_once(
                                         {"path": "a.ipynb"}, ctx) for _ in range(6)))
     assert all(r.success for r in reads)
     assert most == notebook.LOADS_AT_ONCE == 2, most
+
+
+async def test_a_notebook_of_millions_of_strings_is_refused_before_parsing(
+        tools: tuple[ToolServices, ToolContext, Path]) -> None:
+    """json.loads holds the GIL: 8M short lines (28 MiB) stalled the whole server's event
+    loop for seconds (`/v1/healthz` 8.2 s); past ~1M strings the file is refused unparsed."""
+    services, ctx, _ = tools
+    nb = analysis()
+    nb.cells[0].source = "x\n" * 1_100_000
+    put(ctx, "long.ipynb", nb)
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match="too many lines"):
+        await call(services.registry, "notebook_read", {"path": "long.ipynb"}, ctx)
+    assert time.monotonic() - started < 2
+    nb.cells[0].source = "x\n" * 10_000  # a long notebook still reads
+    put(ctx, "long.ipynb", nb)
+    assert (await call(services.registry, "notebook_read", {"path": "long.ipynb"}, ctx)).success

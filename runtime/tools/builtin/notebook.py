@@ -28,6 +28,7 @@ from runtime.tools.builtin.places import PATH_HELP, Place, place
 
 MAX_NOTEBOOK_BYTES = 32 * 1024 * 1024
 LOADS_AT_ONCE = 2  # a 28 MiB notebook of short lines takes ~400 MiB of RAM to parse
+MAX_QUOTES = 2_000_000  # ~1M JSON strings (lines): parsing holds the GIL, ~0.1 s per 1M
 MAX_SOURCE_CHARS = 1024 * 1024
 OUTPUT_SHOWN = 4000  # characters of one output in the answer
 ANSWER_CHARS = 200_000  # the whole answer of notebook_read
@@ -42,6 +43,9 @@ _MAKERS: dict[str, Callable[[str], Any]] = {
 def parse(data: bytes, path: str) -> Any:
     """The notebook in ``data`` as nbformat 4 (older versions converted); ``InvalidInput``
     for what is not a notebook."""
+    if data.count(b'"') > MAX_QUOTES:  # json.loads holds the GIL: the server would stall
+        raise InvalidInput(f"{path} has too many lines and strings to be read as cells (at "
+                           f"most about {MAX_QUOTES // 2} JSON strings)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
