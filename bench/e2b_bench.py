@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,7 +30,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from bench.exec_api import _free_port, stop_server
+from bench import served as served_api
 from bench.exec_bench import naive_argv
 from bench.kernel_bench import _summary
 from runtime.config import PROJECT_ROOT, Settings
@@ -109,21 +105,12 @@ def _run_code(runs: int) -> dict[str, list[float]]:
 
 
 def run(runs: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="navi-bench-e2b-"))
-    port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
-           "NAVI_LOG_FORMAT": "json", "NAVI_EMBEDDED_MODEL": "off"}
-    log_path = tmp / "server.log"
-    with log_path.open("wb") as log_file:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(port)], cwd=PROJECT_ROOT, env=env, stdout=log_file,
-            stderr=subprocess.STDOUT)
+    served = served_api.start("e2b", env={"NAVI_EMBEDDED_MODEL": "off"})
+    url, token, tmp = served.url, served.admin_token, served.tmp
     report: dict[str, Any] = {"runs": runs, "load_before": os.getloadavg()}
     saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
     try:
-        _until_up(url, server, log_path)
+        _until_up(url, served.process, served.log_path)
         admin = {"Authorization": f"Bearer {token}"}
         tenant = httpx.post(f"{url}/v1/tenants", json={"name": "bench"}, headers=admin).json()
         key = httpx.post(f"{url}/v1/tenants/{tenant['id']}/tokens", json={"role": "user"},
@@ -146,8 +133,7 @@ def run(runs: int) -> dict[str, Any]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        stop_server(server)
-        shutil.rmtree(tmp, ignore_errors=True)
+        served.stop()
     report["load_after"] = os.getloadavg()
     return report
 

@@ -21,40 +21,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import docker
 import httpx
 import typer
 
-from bench.exec_api import LeanClient, _free_port, stop_server
+from bench import served as served_api
+from bench.exec_api import LeanClient
 from runtime.config import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
-
-
-async def _until_up(client: httpx.AsyncClient, server: subprocess.Popen[bytes], log: Path,
-                    within_s: float = 180) -> None:
-    """Like exec_api's, with room for a loaded machine's start-up."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"navi serve exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if (await client.get("/v1/healthz", timeout=1)).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError("navi serve did not come up")
 
 
 def _summary(seconds: list[float]) -> dict[str, float]:
@@ -81,32 +60,19 @@ def _memory(api: docker.APIClient, session: str) -> dict[str, Any]:
 
 
 async def run(runs: int, idle_s: float) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="navi-bench-kernels-"))
-    port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
-    env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
-           "NAVI_LOG_FORMAT": "json", "NAVI_KERNEL_IDLE_S": str(idle_s),
-           "NAVI_CHANGE_BURST": "1000000", "NAVI_CHANGE_RATE": "1000000"}  # executes are changes
-    policy = tmp / "policy.yaml"
-    policy.write_text((PROJECT_ROOT / "policies" / "default.yaml").read_text().replace(
-        "execs_per_minute: 60", "execs_per_minute: 100000"))
-    log_path = tmp / "server.log"
-    with log_path.open("wb") as log_file:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(port), "--policy", str(policy)],
-            cwd=PROJECT_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    served = served_api.start("kernels", env={
+        "NAVI_KERNEL_IDLE_S": str(idle_s),
+        "NAVI_CHANGE_BURST": "1000000", "NAVI_CHANGE_RATE": "1000000"},  # executes are changes
+        policy=(PROJECT_ROOT / "policies" / "default.yaml").read_text().replace(
+            "execs_per_minute: 60", "execs_per_minute: 100000"))
+    port, tmp = served.port, served.tmp
     api = docker.APIClient(version="auto", timeout=60)
     report: dict[str, Any] = {"load_before": os.getloadavg()}
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-            await _until_up(client, server, log_path)
-            admin = {"Authorization": f"Bearer {token}"}
-            tenant = (await client.post("/v1/tenants", json={"name": "bench"}, headers=admin))
-            user = await client.post(f"/v1/tenants/{tenant.json()['id']}/tokens",
-                                     json={"role": "user"}, headers=admin)
-            user_token = user.json()["token"]
-            auth = {"Authorization": f"Bearer {user_token}"}
-            session = (await client.post("/v1/sessions", json={}, headers=auth)).json()["id"]
+        async with httpx.AsyncClient(base_url=served.url, timeout=120) as client:
+            await served_api.until_up(client, served)
+            auth, session = await served_api.user_session(client, served)
+            user_token = auth["Authorization"].removeprefix("Bearer ")
             path = f"/v1/sessions/{session}/kernels/default/execute"
             lean = await LeanClient.connect(port)
             try:
@@ -150,9 +116,8 @@ async def run(runs: int, idle_s: float) -> dict[str, Any]:
             finally:
                 await lean.close()
     finally:
-        stop_server(server)
+        served.stop()
         api.close()
-        shutil.rmtree(tmp, ignore_errors=True)
     report["load_after"] = os.getloadavg()
     return report
 

@@ -16,20 +16,14 @@ import asyncio
 import http.client
 import json
 import os
-import secrets
-import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 
-from bench.exec_api import _free_port, stop_server
+from bench import served as served_api
 from bench.kernel_bench import _summary
 from runtime.config import PROJECT_ROOT
 
@@ -60,22 +54,6 @@ srv.serve_forever()
 '''
 
 
-async def _until_up(client: httpx.AsyncClient, server: subprocess.Popen[bytes], log: Path,
-                    within_s: float = 180) -> None:
-    """The server answers (start-up takes long on a loaded machine)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"navi serve exited: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            if (await client.get("/v1/healthz", timeout=1)).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError("navi serve did not come up")
-
-
 def _timed(host: str, port: int, path: str, headers: dict[str, str], runs: int) -> list[float]:
     """GETs over one kept-alive connection with the same client the in-container figure
     uses (``http.client``, Nagle off), so only the path differs, not the client."""
@@ -100,26 +78,13 @@ def _timed(host: str, port: int, path: str, headers: dict[str, str], runs: int) 
 
 
 async def run(runs: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="navi-bench-ports-"))
-    port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
-    env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
-           "NAVI_LOG_FORMAT": "json"}
-    log_path = tmp / "server.log"
-    with log_path.open("wb") as log_file:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(port)], cwd=PROJECT_ROOT, env=env, stdout=log_file,
-            stderr=subprocess.STDOUT)
+    served = served_api.start("ports")
+    port = served.port
     report: dict[str, Any] = {"runs": runs, "load_before": os.getloadavg()}
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-            await _until_up(client, server, log_path)
-            admin = {"Authorization": f"Bearer {token}"}
-            tenant = await client.post("/v1/tenants", json={"name": "bench"}, headers=admin)
-            user = await client.post(f"/v1/tenants/{tenant.json()['id']}/tokens",
-                                     json={"role": "user"}, headers=admin)
-            auth = {"Authorization": f"Bearer {user.json()['token']}"}
-            session = (await client.post("/v1/sessions", json={}, headers=auth)).json()["id"]
+        async with httpx.AsyncClient(base_url=served.url, timeout=120) as client:
+            await served_api.until_up(client, served)
+            auth, session = await served_api.user_session(client, served)
             code = SERVER.replace("PORT", str(PORT)).replace("RUNS", str(runs))
             up = await client.put(f"/v1/sessions/{session}/files/srv.py", content=code.encode(),
                                   headers=auth)
@@ -154,8 +119,7 @@ async def run(runs: int) -> dict[str, Any]:
             report["api_overhead_p50_ms"] = round(
                 report["through_api_ports_route"]["p50_ms"] - base, 2)
     finally:
-        stop_server(server)
-        shutil.rmtree(tmp, ignore_errors=True)
+        served.stop()
     report["load_after"] = os.getloadavg()
     return report
 

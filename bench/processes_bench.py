@@ -15,19 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 
-from bench.exec_api import _free_port, _until_up, stop_server
+from bench import served as served_api
 from bench.kernel_bench import _summary
 from runtime.config import PROJECT_ROOT
 
@@ -43,26 +37,12 @@ async def _events(client: httpx.AsyncClient, path: str, auth: dict[str, str],
 
 
 async def run(runs: int) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="navi-bench-processes-"))
-    port, token = _free_port(), "navi_admin_" + secrets.token_urlsafe(24)
-    env = {**os.environ, "NAVI_ADMIN_TOKEN": token, "NAVI_DATA_DIR": str(tmp / "data"),
-           "NAVI_LOG_FORMAT": "json"}
-    log_path = tmp / "server.log"
-    with log_path.open("wb") as log_file:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(port)], cwd=PROJECT_ROOT, env=env, stdout=log_file,
-            stderr=subprocess.STDOUT)
+    served = served_api.start("processes")
     report: dict[str, Any] = {"runs": runs, "load_before": os.getloadavg()}
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-            await _until_up(client, server, log_path)
-            admin = {"Authorization": f"Bearer {token}"}
-            tenant = await client.post("/v1/tenants", json={"name": "bench"}, headers=admin)
-            user = await client.post(f"/v1/tenants/{tenant.json()['id']}/tokens",
-                                     json={"role": "user"}, headers=admin)
-            auth = {"Authorization": f"Bearer {user.json()['token']}"}
-            session = (await client.post("/v1/sessions", json={}, headers=auth)).json()["id"]
+        async with httpx.AsyncClient(base_url=served.url, timeout=120) as client:
+            await served_api.until_up(client, served)
+            auth, session = await served_api.user_session(client, served)
             events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
             reader = asyncio.create_task(_events(client, f"/v1/sessions/{session}/events",
                                                  auth, events))
@@ -91,8 +71,7 @@ async def run(runs: int) -> dict[str, Any]:
             report["start_to_first_line"] = _summary(first_line)
             report["stop"] = _summary(stops)
     finally:
-        stop_server(server)
-        shutil.rmtree(tmp, ignore_errors=True)
+        served.stop()
     report["load_after"] = os.getloadavg()
     return report
 

@@ -32,7 +32,7 @@ from runtime.questions import QuestionBroker
 from runtime.sandbox.backend import SandboxBackend
 from runtime.sessions.snapshots import SessionSnapshots
 from runtime.store import Store
-from runtime.store.tenants import TenantId, TenantName, Tenants
+from runtime.store.tenants import Tenants
 from runtime.tools import ToolServices
 from runtime.tools.event_args import event_args
 from runtime.workspace import Workspaces
@@ -107,10 +107,6 @@ class Services:
         if self.secrets is None:
             raise NotFound("secrets are not kept on this server")
         return self.secrets
-
-    async def tenant_name(self, tenant_id: str) -> TenantName:
-        """Kept for callers not yet moved to `tenants.name` (the E2B bridge)."""
-        return await self.tenants.name(TenantId(tenant_id))
 
     def approver_for(self, bus: SessionEventBus) -> Approver:
         """An approver that asks the session's humans: `approval_required` on the bus, then

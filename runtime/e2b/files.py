@@ -165,22 +165,14 @@ class SandboxFiles:
         if not rel:
             raise InvalidInput(f"{path} is a directory")
         quotas = self.services.policy.quotas(
-            await self.services.tenant_name(self.caller.principal.tenant_id))
+            await self.services.tenants.name(self.caller.principal.tenant_id))
         files = await self._open(root)
         try:
             writer = await asyncio.to_thread(partial(
                 files.writer, rel, expected_size=expected_size,
                 max_bytes=quotas.upload_mb * 1024 * 1024))
-            try:
-                await self._record("file.write", root, writer.shown)
-                async for chunk in chunks:
-                    if chunk:
-                        await asyncio.to_thread(writer.write, chunk)
-                entry = await asyncio.to_thread(writer.commit)
-            except BaseException:
-                with contextlib.suppress(Exception):  # off the loop: the disk may be frozen
-                    await disk_io.run(writer.abort)
-                raise
+            entry = await disk_io.fill(writer, chunks, first=lambda: self._record(
+                "file.write", root, writer.shown))
         finally:
             files.close()
         full = shown(root, entry.path)

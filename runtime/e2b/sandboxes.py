@@ -27,6 +27,7 @@ from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.sessions.lifecycle import end_session, open_session
 from runtime.sessions.principal import Principal, subject_for
+from runtime.store.ids import TenantId
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
@@ -144,7 +145,8 @@ class Sandboxes:
         profile = session.profile if session is not None else "developer"
         limits = self.services.policy.policy.profiles.get(profile)
         spec = limits.limits if limits is not None else None
-        quotas = self.services.policy.quotas(await self.services.tenant_name(record.tenant_id))
+        tenant = TenantId(record.tenant_id)
+        quotas = self.services.policy.quotas(await self.services.tenants.name(tenant))
         return {"templateID": record.template, "alias": record.template,
                 "sandboxID": record.session_id, "clientID": "navi",
                 "startedAt": iso(record.started_at), "endAt": iso(record.end_at),
@@ -166,8 +168,8 @@ class Sandboxes:
             session = await self.services.store.get_session(record.tenant_id, record.session_id)
             if session is None:
                 continue
-            subject = Subject(tenant=record.tenant_id,
-                              tenant_name=await self.services.tenant_name(record.tenant_id),
+            tenant = TenantId(record.tenant_id)
+            subject = Subject(tenant=tenant, tenant_name=await self.services.tenants.name(tenant),
                               role="user", user="system:e2b-timeout", profile=session.profile,
                               session=session.id, node=session.node)
             try:
