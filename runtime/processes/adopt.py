@@ -24,22 +24,22 @@ from runtime.logging import get_logger
 from runtime.nodes.base import LOCAL
 from runtime.processes.container import LEASE_GRACE_S
 from runtime.processes.egress import ProcessEgress
-from runtime.processes.launch import docker_backend
+from runtime.processes.ends import Ends
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord
 from runtime.sandbox.docker.spec import LABEL_LEASE
 
 if TYPE_CHECKING:
-    from runtime.processes.service import ProcessService
+    from runtime.processes.table import ProcessTable
 
 log = get_logger(__name__)
 
 
-async def adopt_all(service: ProcessService) -> frozenset[str]:
-    rows = await service.records.running()
+async def adopt_all(table: ProcessTable, ends: Ends) -> frozenset[str]:
+    rows = await table.records.running()
     if not rows:
         return frozenset()
-    containers = service.ends.containers_for(docker_backend(service))
+    containers = ends.containers_for(table.docker())
     found = await containers.listed()
     kept: set[str] = set()
     for record, egress in rows:
@@ -49,20 +49,20 @@ async def adopt_all(service: ProcessService) -> frozenset[str]:
         if alive and record.node == LOCAL:
             try:
                 assert summary is not None
-                await _adopt(service, record, summary, egress)
+                await _adopt(table, ends, record, summary, egress)
                 kept.add(str(summary["Id"]))
                 continue
             except Exception as exc:
                 log.warning("process_adopt_failed", process=record.id, error=str(exc))
-        await _close(service, record, summary)
+        await _close(table, ends, record, summary)
     log.info("processes_adopted", adopted=len(kept), ended=len(rows) - len(kept))
     return frozenset(kept)
 
 
-async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[str, Any],
-                 egress: bool) -> None:
-    services = service.services
-    containers = service.ends.containers
+async def _adopt(table: ProcessTable, ends: Ends, record: ProcessRecord,
+                 summary: dict[str, Any], egress: bool) -> None:
+    services = table.services
+    containers = ends.containers
     node = services.nodes.get(record.node)
     lease = await asyncio.to_thread(node.open, record.tenant_id, record.session_id)
     proxy = None
@@ -77,7 +77,7 @@ async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[s
             await proxy.close()
         await asyncio.to_thread(lease.close)
         raise
-    outlog = await asyncio.to_thread(service.ends.log_of, record)
+    outlog = await asyncio.to_thread(ends.log_of, record)
     live = LiveProcess(record, str(summary["Id"]), attached, outlog,
                        services.hub.bus(record.session_id))
     live.stdin_open = False  # its stdin went with the last server's attach
@@ -86,27 +86,27 @@ async def _adopt(service: ProcessService, record: ProcessRecord, summary: dict[s
         live.closers += [proxy.close, lambda: ProcessEgress(containers.backend).forget(record.id)]
     lease_until = float((summary.get("Labels") or {}).get(LABEL_LEASE, "0") or 0)
     lifetime_s = max(0.0, lease_until - 1 - LEASE_GRACE_S - record.started_at)
-    service.admission.places.hold(record.tenant_id, record.session_id, record.id,
+    table.places.hold(record.tenant_id, record.session_id, record.id,
                                   record.ports)
-    service.ends.watch(live, lifetime_s)
+    ends.watch(live, lifetime_s)
     log.info("process_adopted", process=record.id, session=record.session_id)
 
 
-async def _close(service: ProcessService, record: ProcessRecord,
+async def _close(table: ProcessTable, ends: Ends, record: ProcessRecord,
                  summary: dict[str, Any] | None) -> None:
     code = None
     if summary is not None:
-        state = await service.ends.containers.state(str(summary["Id"])) or {}
+        state = await ends.containers.state(str(summary["Id"])) or {}
         if not state.get("Running"):
             code = state.get("ExitCode")
-    outlog = service.ends.log_of(record)
+    outlog = ends.log_of(record)
     size = outlog.end
     outlog.close()
-    await ProcessEgress(service.ends.containers.backend).forget(record.id)
-    await service.records.close(record.id, exit_code=code, reason="interrupted",
+    await ProcessEgress(ends.containers.backend).forget(record.id)
+    await table.records.close(record.id, exit_code=code, reason="interrupted",
                                 output_bytes=size)
     with contextlib.suppress(Exception):
-        await service.services.audit.append(AuditEntry(
+        await table.services.audit.append(AuditEntry(
             kind="action", action="process.exit", object=record.id, tenant=record.tenant_id,
             user=record.token_id, session=record.session_id, exec_id=record.id,
             exit_code=code, stdout_size=size, decision="allow",

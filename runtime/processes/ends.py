@@ -29,7 +29,7 @@ from runtime.processes.outlog import OutputLog
 from runtime.sandbox.docker.backend import DockerBackend
 
 if TYPE_CHECKING:
-    from runtime.processes.service import ProcessService
+    from runtime.processes.table import ProcessTable
 
 log = get_logger(__name__)
 
@@ -37,15 +37,14 @@ KILL_AFTER_S = 5.0
 
 
 class Ends:
-    def __init__(self, service: ProcessService) -> None:
-        self.service = service
+    def __init__(self, table: ProcessTable) -> None:
+        self.table = table
         self._containers: ProcessContainers | None = None
 
     @property
     def containers(self) -> ProcessContainers:
         if self._containers is None:
-            from runtime.processes.launch import docker_backend
-            self._containers = ProcessContainers(docker_backend(self.service))
+            self._containers = ProcessContainers(self.table.docker())
         return self._containers
 
     def containers_for(self, backend: DockerBackend) -> ProcessContainers:
@@ -54,12 +53,12 @@ class Ends:
         return self._containers
 
     def log_path(self, record: ProcessRecord) -> Path:
-        return self.service.logs_dir / record.tenant_id / record.session_id / \
+        return self.table.logs_dir / record.tenant_id / record.session_id / \
             f"{record.id}.log"
 
     def log_of(self, record: ProcessRecord) -> OutputLog:
         """The process's log (the live one's, else opened; blocking)."""
-        live = self.service.live.get(record.id)
+        live = self.table.live.get(record.id)
         if live is not None:
             return live.outlog
         return OutputLog(self.log_path(record))
@@ -68,8 +67,7 @@ class Ends:
 
     def watch(self, live: LiveProcess, lifetime_s: float) -> None:
         """Follow ``live`` to its end: its output, its lifetime, its token."""
-        service = self.service
-        service.live[live.id] = live
+        self.table.live[live.id] = live
         pump = live.start_pump()
         live.tasks.append(asyncio.ensure_future(self._after(live, pump)))
         left = max(0.0, lifetime_s - live.age_s())
@@ -85,7 +83,7 @@ class Ends:
         await self.stop(live, "lifetime", "TERM")
 
     async def _token(self, live: LiveProcess, principal: TokenRef) -> None:
-        await self.service.services.token_watch.ended(principal)
+        await self.table.services.token_watch.ended(principal)
         await self.stop(live, "revoked", "TERM")
 
     async def _after(self, live: LiveProcess, pump: asyncio.Future[None]) -> None:
@@ -128,11 +126,11 @@ class Ends:
 
     def _release(self, live: LiveProcess) -> None:
         record = live.record
-        self.service.live.pop(record.id, None)
-        self.service.admission.places.free(record.tenant_id, record.session_id, record.id)
+        self.table.live.pop(record.id, None)
+        self.table.places.free(record.tenant_id, record.session_id, record.id)
 
     async def _ended(self, live: LiveProcess) -> None:
-        service = self.service
+        table = self.table
         record = live.record
         try:
             if live.detached:
@@ -140,20 +138,20 @@ class Ends:
             state = await self.containers.final_state(live.container) or {}
             code = state.get("ExitCode")
             reason = live.ending or ("oom" if state.get("OOMKilled") else "exited")
-            closed = await service.records.close(record.id, exit_code=code, reason=reason,
+            closed = await table.records.close(record.id, exit_code=code, reason=reason,
                                                  output_bytes=live.outlog.end)
             live.record = closed or record
             self._release(live)  # its place is free once its record says it ended
             live.finish()  # the last output goes out before the exit event
             with contextlib.suppress(Exception):
-                await service.services.audit.append(AuditEntry(
+                await table.services.audit.append(AuditEntry(
                     kind="action", action="process.exit", object=record.id,
                     tenant=record.tenant_id, user=record.token_id,
                     session=record.session_id, exec_id=record.id, exit_code=code,
                     oom_killed=bool(state.get("OOMKilled")), stdout_size=live.outlog.end,
                     duration_ms=int((time.time() - record.started_at) * 1000),
                     decision="allow", detail=f"reason {reason}", node=record.node))
-            service.services.hub.bus(record.session_id).publish(ProcessExited(
+            table.services.hub.bus(record.session_id).publish(ProcessExited(
                 process_id=record.id, exit_code=code, reason=reason))
             await self.containers.remove(live.container)
         except Exception as exc:
@@ -169,6 +167,6 @@ class Ends:
                 live.gone.set_result(None)
         if live.detached:
             return
-        for hook in service.on_end:
+        for hook in table.on_end:
             with contextlib.suppress(Exception):
                 await hook(live.record.public())

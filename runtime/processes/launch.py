@@ -9,36 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runtime.errors import Conflict
 from runtime.policy.decision import Decision, Subject
 from runtime.processes.egress import ProcessEgress
+from runtime.processes.ends import Ends
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import ProcessRecord, StartSpec
+from runtime.processes.table import LaunchExtras, ProcessTable
 from runtime.sandbox.docker import attach
-from runtime.sandbox.docker.backend import DockerBackend
-from runtime.sandbox.docker.spec import BindMount
 from runtime.sandbox.models import ExecRequest
 from runtime.sandbox.stdin_program import TINI_GROUP_ENV, shell_program
 
-if TYPE_CHECKING:
-    from runtime.processes.service import ProcessService
+__all__ = ["LaunchExtras", "launch", "moved_cwd"]
 
 WORKDIR = "/workspace"
-
-
-@dataclass(frozen=True)
-class LaunchExtras:
-    """What a launch hook adds to a process's container (e.g. the ports relay). ``workdir``:
-    the workspace is mounted there instead of /workspace, and it is the container's HOME; a
-    cwd under /workspace is taken to the same place under it (E2B's /home/user)."""
-
-    mounts: tuple[BindMount, ...] = ()
-    argv_prefix: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
 
 
 def moved_cwd(cwd: str, workdir: str) -> str:
@@ -56,19 +41,11 @@ def _send_command(attached: Any, frame: bytes) -> None:
         attach.raw_socket(attached).sendall(frame)
 
 
-def docker_backend(service: ProcessService) -> DockerBackend:
-    backend = service.services.nodes.local.backend
-    if not isinstance(backend, DockerBackend):
-        raise Conflict("background processes need the Docker engine (this server runs "
-                       "calls on another backend)")
-    return backend
-
-
-async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
+async def launch(table: ProcessTable, ends: Ends, subject: Subject, spec: StartSpec,
                  decision: Decision, record: ProcessRecord, *, lifetime_s: float
                  ) -> LiveProcess:
-    backend = docker_backend(service)
-    services = service.services
+    backend = table.docker()
+    services = table.services
     node = services.nodes.get(subject.node)
     undo: list[Callable[[], Awaitable[object]]] = []
     try:
@@ -85,7 +62,7 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
             undo.append(proxy.close)
             egress_socket, egress_dir = proxy.socket_path, egress.mount(record.id)
         extras = LaunchExtras()
-        for hook in service.launch_hooks:
+        for hook in table.launch_hooks:
             more = await hook(record.public(), subject)
             if more is not None:
                 extras = LaunchExtras(mounts=extras.mounts + more.mounts,
@@ -103,7 +80,7 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
             egress_allowlist=decision.egress_allowlist, exec_id=record.id,
             tenant=subject.tenant, session=subject.session, node=subject.node,
             uid=subject.sandbox_uid)
-        containers = service.ends.containers_for(backend)
+        containers = ends.containers_for(backend)
         container_spec = await containers.spec(
             request, record_id=record.id, lifetime_s=lifetime_s, egress=egress_socket,
             egress_dir=egress_dir,
@@ -111,8 +88,8 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
             env={**extras.env, **TINI_GROUP_ENV}, home=extras.workdir)
         container = await containers.create(container_spec)
         undo.append(lambda: containers.remove(container))
-        await service.records.set_container(record.id, container)
-        outlog = await asyncio.to_thread(service.ends.log_of, record)
+        await table.records.set_container(record.id, container)
+        outlog = await asyncio.to_thread(ends.log_of, record)
         attached: Any = await containers.attach_and_start(container)
         await asyncio.to_thread(_send_command, attached, frame)
     except BaseException:
@@ -123,5 +100,5 @@ async def launch(service: ProcessService, subject: Subject, spec: StartSpec,
     live = LiveProcess(record.model_copy(update={"container": container}), container,
                        attached, outlog, services.hub.bus(subject.session))
     live.closers.extend(undo[:-1])  # the container is removed by the end itself
-    service.ends.watch(live, lifetime_s)
+    ends.watch(live, lifetime_s)
     return live

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import re2
@@ -22,7 +24,7 @@ from runtime.policy.decision import Subject
 from runtime.processes.models import ProcessRecord, WaitResult
 
 if TYPE_CHECKING:
-    from runtime.processes.service import ProcessService
+    from runtime.processes.ends import Ends
 
 MAX_PATTERN = 1000
 MAX_LINE = 64 * 1024
@@ -44,16 +46,21 @@ def compile_pattern(pattern: str) -> Any:
         raise InvalidInput(f"pattern is not a regular expression RE2 accepts: {exc}") from None
 
 
-async def wait_for(service: ProcessService, subject: Subject, record: ProcessRecord,
+RecordOf = Callable[[Subject, str], Awaitable[ProcessRecord]]
+
+
+async def wait_for(ends: Ends, record_of: RecordOf, subject: Subject, record: ProcessRecord,
                    pattern: str | None, timeout_s: float | None, since: int) -> WaitResult:
+    """``record_of(subject, id)``: the process's record as it is now."""
+    parts = _Parts(ends, record_of)
     regex = compile_pattern(pattern) if pattern else None
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else max(0.0, min(timeout_s,
                                                                        MAX_TIMEOUT_S))
     deadline = time.monotonic() + timeout
-    outlog = service.ends.log_of(record)
+    outlog = ends.log_of(record)
     reached, partial = max(0, since), b""
     while True:
-        live = service.live.get(record.id)
+        live = ends.table.live.get(record.id)
         ended = live is None
         data, after, first = await asyncio.to_thread(outlog.read, reached, CHUNK,
                                                      complete=True)
@@ -68,31 +75,37 @@ async def wait_for(service: ProcessService, subject: Subject, record: ProcessRec
             for raw in lines:
                 line = raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r")
                 if regex.search(line):
-                    return await _result(service, subject, record, outlog, matched=True,
+                    return await _result(parts, subject, record, outlog, matched=True,
                                          line=line, next_at=reached)
         if data and len(data) == CHUNK:
             continue  # more is there already
         if ended:
-            return await _result(service, subject, record, outlog, exited=True,
+            return await _result(parts, subject, record, outlog, exited=True,
                                  next_at=reached)
         left = deadline - time.monotonic()
         if left <= 0:
-            return await _result(service, subject, record, outlog, timed_out=True,
+            return await _result(parts, subject, record, outlog, timed_out=True,
                                  next_at=reached)
         assert live is not None
         await live.changed(min(left, 1.0))
 
 
-async def _result(service: ProcessService, subject: Subject, record: ProcessRecord,
+@dataclass(frozen=True)
+class _Parts:
+    ends: Ends
+    record_of: RecordOf
+
+
+async def _result(parts: _Parts, subject: Subject, record: ProcessRecord,
                   outlog: Any, *, matched: bool = False, line: str | None = None,
                   exited: bool = False, timed_out: bool = False, next_at: int = 0
                   ) -> WaitResult:
     end = outlog.end
     data, _, _ = await asyncio.to_thread(outlog.read, max(0, end - RECENT), RECENT,
                                          complete=True)
-    if record.id not in service.live:
+    if record.id not in parts.ends.table.live:
         outlog.close()
-    now = await service.record(subject, record.id)
+    now = await parts.record_of(subject, record.id)
     return WaitResult(matched=matched, line=line, exited=exited or now.state != "running",
                       timed_out=timed_out, process=now.public(),
                       recent=data.decode("utf-8", "replace"))

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, cast
 
 from runtime.audit.records import AuditEntry, sha256_hex
@@ -29,9 +29,10 @@ from runtime.nodes.base import LOCAL
 from runtime.policy.decision import Decision, Subject
 from runtime.policy.session_limits import SessionLimits
 from runtime.processes.admit import Admission, check_cwd, check_ports
+from runtime.processes.adopt import adopt_all
 from runtime.processes.ends import Ends
 from runtime.processes.kinds import ProcessKind
-from runtime.processes.launch import LaunchExtras, docker_backend, launch
+from runtime.processes.launch import launch
 from runtime.processes.live import LiveProcess
 from runtime.processes.models import (
     MAX_ANSWER,
@@ -46,14 +47,13 @@ from runtime.processes.models import (
 )
 from runtime.processes.monitor import wait_for
 from runtime.processes.records import ProcessStore
+from runtime.processes.table import EndHook, LaunchHook, ProcessTable
 
 if TYPE_CHECKING:
     from runtime.executor import Approver
     from runtime.processes.deps import ProcessDeps
 
 PREFIX = "p_"
-LaunchHook = Callable[[ProcessInfo, Subject], Awaitable[LaunchExtras | None]]
-EndHook = Callable[[ProcessInfo], Awaitable[None]]
 
 
 class ProcessService:
@@ -61,12 +61,14 @@ class ProcessService:
         self.services = services
         self.records = ProcessStore(services.store)
         self.admission = Admission(services)
-        self.live: dict[str, LiveProcess] = {}
-        self.kinds: dict[str, ProcessKind] = {}
-        self.launch_hooks: list[LaunchHook] = []
-        self.on_end: list[EndHook] = []
-        self.ends = Ends(self)
         self.logs_dir = services.settings.data_dir / "processes"
+        self.table = ProcessTable(services=services, records=self.records,
+                                  places=self.admission.places, logs_dir=self.logs_dir)
+        self.live: dict[str, LiveProcess] = self.table.live  # the same objects, shared
+        self.launch_hooks: list[LaunchHook] = self.table.launch_hooks
+        self.on_end: list[EndHook] = self.table.on_end
+        self.kinds: dict[str, ProcessKind] = {}
+        self.ends = Ends(self.table)
 
     # -- other kinds --------------------------------------------------------------------------
 
@@ -89,7 +91,7 @@ class ProcessService:
         if subject.node != LOCAL:
             raise Conflict(f"background processes of sessions on cluster node "
                            f"{subject.node!r} are not supported yet")
-        docker_backend(self)  # before anything is decided or recorded
+        self.table.docker()  # before anything is decided or recorded
         cwd, ports = check_cwd(spec.cwd), check_ports(spec.ports)
         if "\x00" in spec.command:
             raise InvalidInput("command contains a NUL byte")
@@ -125,7 +127,7 @@ class ProcessService:
         try:
             await self._audit_start(subject, spec, decision, record, limits.processes
                                     .max_lifetime_s)
-            live = await launch(self, subject, spec, decision, record,
+            live = await launch(self.table, self.ends, subject, spec, decision, record,
                                 lifetime_s=limits.processes.max_lifetime_s)
         except BaseException as exc:
             await self.records.close(process_id, exit_code=None, reason="interrupted",
@@ -219,7 +221,8 @@ class ProcessService:
         if provider is not None:
             return await provider.wait(subject, process_id, pattern, timeout_s)
         record = await self.record(subject, process_id)
-        return await wait_for(self, subject, record, pattern, timeout_s, since)
+        return await wait_for(self.ends, self.record, subject, record, pattern, timeout_s,
+                              since)
 
     def running_ports(self, session_id: str) -> dict[int, str]:
         """port -> process id of the session's running processes (C: the ports proxy)."""
@@ -298,8 +301,7 @@ class ProcessService:
     async def adopt(self) -> frozenset[str]:
         """At start-up: adopt or end what the last server left running (see ``adopt.py``);
         the containers kept."""
-        from runtime.processes.adopt import adopt_all
-        return await adopt_all(self)
+        return await adopt_all(self.table, self.ends)
 
     async def close(self) -> None:
         """Server shutdown: keep them for the next start (``keep``), else end them
