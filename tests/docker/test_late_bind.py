@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from runtime.sandbox.docker.backend import DockerBackend, DockerBackendConfig
+from runtime.sandbox.docker.late_bind import BindRoot
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
 from tests.docker.sandbox_fixtures import SANDBOX_UID, started_backend
@@ -150,3 +151,36 @@ async def test_a_bind_without_nosuid_nodev_is_refused_and_the_call_runs_cold(
     assert seen["id"] != waiting.id  # ran cold; the container it would have taken is gone
     assert pooled.warm.stats["bind_refused"] == 1
     assert await gone(docker_api, waiting.id)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_a_mount_made_after_start_reaches_runc_not_gvisor(
+    runtime: str, sandbox_image: str, tmp_path: Path, docker_api: docker.APIClient,
+) -> None:
+    """Why gVisor keeps the session pool: its gofer serves what it was given at start."""
+    if runtime not in docker_api.info().get("Runtimes", {}):
+        pytest.skip(f"the engine has no {runtime}")
+    root = BindRoot(tmp_path)
+    root.open()
+    name = f"navi-test-latebind-{uuid.uuid4().hex[:8]}"
+    try:
+        slot = root.slot()
+        session = tmp_path / "session"  # a disk of its own, nosuid,nodev as a session's is
+        session.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,size=1m", "tmpfs",
+                        str(session)], check=True)
+        (session / "seen").write_text("x")
+        subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--runtime", runtime,
+                        "--network", "none", "--mount", f"type=bind,source={slot.workspace},"
+                        "target=/workspace,bind-propagation=rslave", sandbox_image,
+                        "sleep", "60"], check=True, capture_output=True)
+        BindRoot.attach(slot, session, None)
+        listed = subprocess.run(["docker", "exec", name, "ls", "/workspace"],
+                                capture_output=True, text=True, check=False)
+        seen = listed.returncode == 0 and listed.stdout.split() == ["seen"]
+        assert seen is (runtime == "runc"), listed
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+        root.close()
+        subprocess.run(["umount", "-l", str(tmp_path / "session")], capture_output=True,
+                       check=False)
