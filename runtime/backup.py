@@ -22,7 +22,8 @@ snapshot, and its record (written ahead) is in the copy.
 
 Not in it: ``instance_id`` (a restored server keeps the target's or makes its own, so two
 servers never claim the same containers); ``audit.instances/`` (lock files); logs; the
-embedded model; the disks of sessions on other cluster nodes.
+embedded model; the disks of sessions on cluster nodes unless the backup joined the cluster
+(NAVI_CLUSTER set: ``runtime.backup_nodes`` streams them from the node agents).
 
 Restore puts a backup into an empty or stopped data dir: it refuses while any process has
 the data dir's audit log open (its instance lock is held) and holds the server's instance
@@ -59,6 +60,7 @@ from runtime.audit.mirror import fsync_dir
 from runtime.audit.verify import verify_store
 from runtime.backup_disks import (
     DiskReport,
+    FromNodes,
     backup_disks,
     check_disks,
     disk_targets,
@@ -122,8 +124,8 @@ class RestoreReport(BaseModel):
 # -- backup ------------------------------------------------------------------------------
 
 
-def backup_data_dir(data_dir: Path, dest: Path, *, snapshots: bool = True
-                    ) -> BackupManifest:
+def backup_data_dir(data_dir: Path, dest: Path, *, snapshots: bool = True,
+                    nodes: FromNodes | None = None) -> BackupManifest:
     """Copy ``data_dir``'s state into the new (or empty) directory ``dest``; see the module doc.
 
     The copy is made in a hidden sibling directory and renamed to ``dest`` when complete, so
@@ -149,7 +151,7 @@ def backup_data_dir(data_dir: Path, dest: Path, *, snapshots: bool = True
                 files.append(_entry(work, name, "sqlite-backup"))
         files += _copy_tree(data_dir / TOOLS_DIR, work / TOOLS_DIR, work)
         disks = backup_disks(data_dir, work, session_rows(work / STORE_DB),
-                             snapshots=snapshots)
+                             snapshots=snapshots, nodes=nodes)
         files += [_entry(work, rel, "copy") for rel in disks.side_files]
         audit = None
         if (data_dir / DB_NAME).is_file():

@@ -15,7 +15,8 @@ a guard process thaws that session's filesystem (``runtime.freeze_guard``).
 Which sessions: those in the backup's copy of the store (taken before the disks), on this
 node. A session created after the store copy has no row and its image is left out; one
 deleted meanwhile has no image and is listed as skipped (its restored record answers 404 for
-files, as before). A session of another cluster node has its disk there: skipped too.
+files, as before). A session of another cluster node has its disk there: streamed from its
+agent when the backup has joined the cluster (``runtime.backup_nodes``), else skipped.
 
 Snapshots (``<session>.snapshots/``: ``<id>.img`` and ``<id>.json``, each complete, written by
 rename) are copied beside their session's image, under the same lock, so a restored session
@@ -30,13 +31,14 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -68,6 +70,7 @@ class DiskCopy(BaseModel):
     stored: int  # bytes the copy occupies (its data blocks)
     sha256: str  # ``sparse_sha256``
     seconds: float
+    node: str = "local"  # the cluster node the session's disk was streamed from
 
 
 class DiskSkipped(BaseModel):
@@ -96,13 +99,25 @@ def session_rows(store_db: Path) -> list[tuple[str, str, str]]:
     return [(str(t), str(s), str(n)) for t, s, n in rows]
 
 
+class FromNodes(Protocol):
+    """Session disks of cluster nodes (``runtime.backup_nodes.NodeDisks``)."""
+
+    def fetch(self, node_id: str, tenant: str, session: str, session_dir: Path, *,
+              snapshots: bool) -> list[tuple[Literal["session", "snapshot"], Path, int,
+                                             dict[str, Any] | None]] | None: ...
+
+
 def backup_disks(data_dir: Path, work: Path, sessions: list[tuple[str, str, str]], *,
-                 snapshots: bool = True) -> DiskReport:
-    """Copy the images of ``sessions`` (and their snapshots) from ``data_dir`` into ``work``."""
+                 snapshots: bool = True, nodes: FromNodes | None = None) -> DiskReport:
+    """Copy the images of ``sessions`` (and their snapshots) from ``data_dir`` into ``work``;
+    those of other cluster nodes from their agents (``nodes``), else they are skipped."""
     started = time.monotonic()
     report = DiskReport()
     with FreezeGuard() as guard:
         for tenant, session, node in sessions:
+            if node != "local" and nodes is not None:
+                _from_node(nodes, work, tenant, session, node, report, snapshots=snapshots)
+                continue
             _backup_disk(data_dir, work, tenant, session, node, report, guard,
                          snapshots=snapshots)
     report.seconds = round(time.monotonic() - started, 3)
@@ -139,6 +154,27 @@ def _backup_disk(data_dir: Path, work: Path, tenant: str, session: str, node: st
     fsync_dir(target_dir)
 
 
+def _from_node(nodes: FromNodes, work: Path, tenant: str, session: str, node: str,
+               report: DiskReport, *, snapshots: bool) -> None:
+    target_dir = _make_dirs(work, tenant)
+    began = time.monotonic()
+    copied = nodes.fetch(node, tenant, session, target_dir / session, snapshots=snapshots)
+    if copied is None:
+        report.skipped.append(DiskSkipped(tenant=tenant, session=session, reason="no_image"))
+        return
+    for kind, path, size, meta in copied:
+        rel = path.relative_to(work).as_posix()
+        report.disks.append(_disk(work, rel, kind, tenant, session, size, began, node=node))
+        if meta is not None:
+            side = path.with_suffix(".json")
+            side.write_text(json.dumps(meta), encoding="utf-8")
+            os.chmod(side, 0o600)
+            report.side_files.append(side.relative_to(work).as_posix())
+        began = time.monotonic()
+    for folder in {p.parent for _k, p, _s, _m in copied}:
+        fsync_dir(folder)
+
+
 def _make_dirs(work: Path, tenant: str) -> Path:
     for folder in (work / WORKSPACES, work / WORKSPACES / tenant):
         if not folder.is_dir():
@@ -172,12 +208,12 @@ def _copy_snapshots(session_dir: Path, target_dir: Path, work: Path, tenant: str
 
 
 def _disk(work: Path, rel: str, kind: Literal["session", "snapshot"], tenant: str,
-          session: str, size: int, began: float) -> DiskCopy:
+          session: str, size: int, began: float, *, node: str = "local") -> DiskCopy:
     copied = work / rel
     os.chmod(copied, 0o600)
     return DiskCopy(path=rel, kind=kind, tenant=tenant, session=session, size=size,
                     stored=copied.stat().st_blocks * 512, sha256=sparse_sha256(copied),
-                    seconds=round(time.monotonic() - began, 3))
+                    seconds=round(time.monotonic() - began, 3), node=node)
 
 
 # -- digests -----------------------------------------------------------------------------

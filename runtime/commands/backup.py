@@ -8,12 +8,15 @@ verify, 2 refused or failed (nothing written to DIR, or for restore nothing repl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from runtime.backup import BackupFile, Verified, backup_data_dir, restore_data_dir
 from runtime.backup_disks import DiskReport
+
+if TYPE_CHECKING:
+    from runtime.backup_nodes import NodeDisks
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.logging import escape_control
@@ -25,6 +28,18 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the report as JSON."
 
 def _data_dir(value: Path | None) -> Path:
     return value if value is not None else Settings().data_dir
+
+
+def _cluster(data_dir: Path) -> NodeDisks | None:
+    """With NAVI_CLUSTER set: the cluster joined with the data dir's token, so the sessions
+    on its nodes have their disks in the backup (streamed from the node agents)."""
+    address = Settings().cluster
+    if not address:
+        return None
+    from runtime.backup_nodes import NodeDisks
+    from runtime.cluster.link import token_file
+
+    return NodeDisks(address, token_file(data_dir))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -72,10 +87,16 @@ def backup(
     serves.
 
     Databases with SQLite's online backup API; each session disk frozen while its image is
-    copied (sparse); the audit mirror cut to the copied chain."""
+    copied (sparse); the audit mirror cut to the copied chain. With NAVI_CLUSTER set, the
+    disks of sessions on cluster nodes are streamed from their node agents."""
     source = _data_dir(data_dir)
     try:
-        manifest = backup_data_dir(source, directory, snapshots=snapshots)
+        nodes = _cluster(source)
+        try:
+            manifest = backup_data_dir(source, directory, snapshots=snapshots, nodes=nodes)
+        finally:
+            if nodes is not None:
+                nodes.close()
     except NaviError as exc:
         raise _fail(exc.message) from None
     except OSError as exc:

@@ -30,8 +30,10 @@ MiB = 1024 * 1024
 
 async def open_session(services: OpenDeps, principal: Principal, *,
                        profile: str | None = None, title: str | None = None,
-                       session_id: str | None = None) -> SessionRecord:
-    """``session_id``: an id chosen (and audited) by the caller, e.g. a fork's."""
+                       session_id: str | None = None, on_node: str | None = None
+                       ) -> SessionRecord:
+    """``session_id``: an id chosen (and audited) by the caller, e.g. a fork's; ``on_node``:
+    made on that node (a fork's, where its source's disk is), not where placement says."""
     tenant_name = await services.tenants.name(principal.tenant_id)
     policy = services.policy
     profile = profile or policy.default_profile(tenant_name) or "developer"
@@ -51,7 +53,7 @@ async def open_session(services: OpenDeps, principal: Principal, *,
                 f"the tenant has {quotas.sessions_per_tenant} sessions, its quota; "
                 "delete one first", retry_after=60, quota="sessions_per_tenant")
         session_id = session_id or new_session_id()
-        node = await services.nodes.place()
+        node = services.nodes.get(on_node) if on_node else await services.nodes.place()
         subject = await subject_for(services, principal, None, profile)
         await services.executor.record_action(  # audited before it exists (fail closed)
             subject.model_copy(update={"session": session_id, "node": node.id}),

@@ -88,4 +88,4 @@ async def fork_session(session_id: str, request: Request, principal: SessionUser
     forked = await snaps.fork(principal, subject, record, body.snapshot if body else None)
     return SessionOut(id=forked.id, profile=forked.profile, title=forked.title,
                       created_at=forked.created_at, node=forked.node,
-                      state=get_services(request).workspaces.state(forked.tenant_id, forked.id))
+                      state=await get_services(request).nodes.state_of(forked))

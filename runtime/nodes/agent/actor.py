@@ -39,6 +39,7 @@ from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
 from runtime.nodes.agent.cluster_addresses import ClusterAddresses
 from runtime.nodes.agent.objects import NodeObjects
+from runtime.nodes.agent.snapshots import SnapshotMethods
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.machine import Machine
 from runtime.nodes.wire import (
@@ -78,7 +79,7 @@ class _Upload:
     failed: Failed | None = None
 
 
-class NodeAgent:
+class NodeAgent(SnapshotMethods):
     """Made by `runtime.nodes.control.remote.agent_for` as a detached, named async Ray actor pinned
     to its node. `data_dir`: the node's Navi data dir (default NAVI_DATA_DIR of the node);
     `disks`: session disks (loop-mounted images) on, off, or None: when the node can."""

@@ -1,0 +1,111 @@
+"""Session disks of cluster nodes in a backup: streamed from their agents, as bytes.
+
+Why: on a cluster a session's image and snapshots are on its node's disk, which the
+machine running ``navi backup`` does not see. With NAVI_CLUSTER set, the backup joins the
+cluster with the data dir's token (``keys/cluster-token``, as ``navi serve`` does) and asks
+each session's node agent for its disk by ids (``runtime.nodes.agent.snapshots``): the agent
+makes the same consistent sparse copy as a local backup (frozen while mounted) on its own
+disk and streams only its data ranges here, written sparse into the backup at the path a
+local session's image has (``workspaces/<tenant>/<session>.img``, snapshots beside it).
+Nothing the agent sends names a path here: each image's place is computed from the
+session's ids; a snapshot's id and description are checked before they are written.
+
+Restore of these images onto their nodes is not done yet (``navi restore`` puts them into
+the data dir it restores, where a node agent does not look): see docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from runtime.workspace.image_copy import image_of, snapshots_dir
+
+SNAPSHOT_IMAGE = re.compile(r"sn_[0-9a-f]{16}\.img")
+Copied = tuple[Literal["session", "snapshot"], Path, int, dict[str, Any] | None]
+
+
+class NodeDisks:
+    """The cluster's agents, joined for one backup (``close`` leaves the cluster)."""
+
+    def __init__(self, address: str, token: Path) -> None:
+        from runtime.cluster import link
+
+        link.connect(address, token)
+        self._hops: dict[str, Any] = {}
+
+    def _hop(self, node_id: str) -> Any:
+        if node_id not in self._hops:
+            import ray
+
+            from runtime.cluster.link import NAMESPACE
+            from runtime.nodes.agent.actor import actor_name
+            from runtime.nodes.control.hop import Hop
+
+            actor = ray.get_actor(actor_name(node_id), namespace=NAMESPACE)
+            self._hops[node_id] = Hop(node_id, actor, None)
+        return self._hops[node_id]
+
+    def fetch(self, node_id: str, tenant: str, session: str, session_dir: Path, *,
+              snapshots: bool) -> list[Copied] | None:
+        """Write the session's images under ``session_dir``'s place in the backup; what was
+        written, or None when its node holds no image of it."""
+        from runtime.nodes.control.snapshots import disk_stream
+
+        items = disk_stream(self._hop(node_id), tenant, session, snapshots=snapshots)
+        return write_images(items, session_dir)
+
+    def close(self) -> None:
+        from runtime.cluster import link
+
+        link.disconnect()
+
+
+def write_images(items: Iterator[tuple[str, Any]], session_dir: Path) -> list[Copied] | None:
+    """The agent's stream written sparse: each image at the place its kind and checked name
+    give it below ``session_dir``'s parent (never a path the stream names)."""
+    out: list[Copied] = []
+    fd: int | None = None
+    try:
+        for kind, value in items:
+            if kind == "none":
+                return None
+            if kind == "image":
+                if fd is not None:
+                    os.close(fd)
+                    fd = None
+                path = _place(session_dir, value)
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                size = int(value["size"])
+                os.ftruncate(fd, size)
+                meta = value.get("meta") if value["kind"] == "snapshot" else None
+                out.append((value["kind"], path, size, meta))
+            elif kind == "data" and fd is not None:
+                offset, chunk = value
+                if not (isinstance(offset, int) and isinstance(chunk, bytes)) or \
+                        offset < 0 or offset + len(chunk) > out[-1][2]:
+                    raise ValueError("a node sent data outside its image")
+                os.pwrite(fd, chunk, offset)
+            else:
+                raise ValueError(f"a node sent {kind!r} out of order")
+        if fd is not None:
+            os.fsync(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return out
+
+
+def _place(session_dir: Path, header: dict[str, Any]) -> Path:
+    if header.get("kind") == "session":
+        return image_of(session_dir)
+    name = str(header.get("name", "")).rpartition("/")[2]
+    meta = header.get("meta")
+    if header.get("kind") != "snapshot" or not SNAPSHOT_IMAGE.fullmatch(name) or \
+            not isinstance(meta, dict) or f"{meta.get('id')}.img" != name:
+        raise ValueError("a node sent an image that is no session disk or snapshot")
+    return snapshots_dir(session_dir) / name

@@ -1,0 +1,46 @@
+"""Snapshot, fork and backup requests to a node agent: JSON, validated by pydantic there.
+
+As for files and calls (`runtime.nodes.wire`), a request names the session and the snapshot
+by id, never a path: the agent resolves them under its own data dir. A snapshot id that is
+not ``sn_`` and 16 hex digits is refused before anything is opened; a fork's target is
+another session of the same tenant on the same node (made there before the copy).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from runtime.nodes.wire import Where
+from runtime.store.ids import check_session_id
+
+SNAPSHOT = r"^sn_[0-9a-f]{16}$"
+
+
+class SnapshotOp(Where):
+    """One snapshot operation on one session of the node."""
+
+    op: Literal["list", "get", "create", "delete", "busy", "restore", "fork"]
+    snapshot: str | None = Field(None, pattern=SNAPSHOT)
+    name: str | None = Field(None, max_length=200)
+    limit: int | None = Field(None, ge=0)  # the tenant's disk quota, bytes (create, restore)
+    target: str | None = Field(None, max_length=128)  # fork: the new session
+
+    @model_validator(mode="after")
+    def _complete(self) -> SnapshotOp:
+        if self.op in ("get", "delete", "restore", "create") and self.snapshot is None:
+            raise ValueError(f"{self.op} names a snapshot")
+        if self.op in ("create", "restore") and self.limit is None:
+            raise ValueError(f"{self.op} carries the tenant's disk limit")
+        if self.op == "fork":
+            if self.target is None or self.target == self.session:
+                raise ValueError("a fork names its new session")
+            check_session_id(self.target)
+        return self
+
+
+class DiskBackup(Where):
+    """Stream a session's disk image (and its snapshots) for `navi backup`."""
+
+    snapshots: bool = True

@@ -1,0 +1,197 @@
+"""Snapshots, restore, fork and `navi backup` of sessions on a cluster node, for real.
+
+One 2-node local cluster and one `navi serve` control plane (NAVI_CLUSTER) for the module:
+every session here lives on a node (n1 or n2), whose disk the control plane does not see
+(each node's data dir in its own mount namespace). The snapshot work is done by the node
+agent, asked by ids (`runtime.nodes.control.snapshots`); the audit record, the 409 rules and
+the quota stay on the control plane; `navi backup` streams the node disks from the agents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.test_cluster_serve import Plane, _policy
+from tests.e2e.conftest import ROOT, start_server, stop_server
+
+pytestmark = pytest.mark.docker
+cluster = module_cluster()
+
+
+@pytest.fixture(scope="module")
+def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    tmp = tmp_path_factory.mktemp("plane")
+    keys = tmp / "data" / "keys"
+    keys.mkdir(parents=True)
+    shutil.copyfile(cluster.token_file, keys / "cluster-token")
+    (keys / "cluster-token").chmod(0o600)
+    server = start_server(tmp, _policy(tmp), {"NAVI_CLUSTER": cluster.address,
+                                              "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
+    made = Plane(server, tmp)
+    yield made
+    stop_server(made.server)
+
+
+def client(plane: Plane) -> httpx.Client:
+    return httpx.Client(base_url=plane.server.url, timeout=120,
+                        headers={"Authorization": f"Bearer {plane.user}"})
+
+
+def put(plane: Plane, session: str, path: str, data: bytes) -> None:
+    with client(plane) as c:
+        done = c.put(f"/v1/sessions/{session}/files/{path}", content=data)
+        assert done.status_code in (200, 201), done.text
+
+
+def read(plane: Plane, session: str, path: str) -> bytes:
+    with client(plane) as c:
+        got = c.get(f"/v1/sessions/{session}/files/{path}")
+        assert got.status_code == 200, got.text
+        return got.content
+
+
+def snapshot(plane: Plane, session: str, name: str) -> dict[str, Any]:
+    with client(plane) as c:
+        made = c.post(f"/v1/sessions/{session}/snapshots", json={"name": name})
+        assert made.status_code == 201, made.text
+        return dict(made.json())
+
+
+def node_session(plane: Plane) -> dict[str, Any]:
+    made = plane.session()
+    assert made["node"] in ("n1", "n2"), made  # on a node, never the control plane
+    return made
+
+
+def test_snapshot_change_restore_on_a_node_session_brings_the_old_file_back(
+    plane: Plane,
+) -> None:
+    s = node_session(plane)["id"]
+    put(plane, s, "notes/today.txt", b"before\n")
+    snap = snapshot(plane, s, "before the change")
+    assert snap["bytes"] > 0 and snap["name"] == "before the change"
+    put(plane, s, "notes/today.txt", b"after\n")
+    put(plane, s, "new.txt", b"made after the snapshot")
+    with client(plane) as c:
+        listed = c.get(f"/v1/sessions/{s}/snapshots").json()
+        assert [x["id"] for x in listed] == [snap["id"]]
+        restored = c.post(f"/v1/sessions/{s}/snapshots/{snap['id']}/restore")
+        assert restored.status_code == 200, restored.text
+        assert restored.json() == snap
+        assert c.get(f"/v1/sessions/{s}/files/new.txt").status_code == 404
+        other = c.post(f"/v1/sessions/{s}/snapshots/sn_0123456789abcdef/restore")
+        assert other.status_code == 404, other.text
+    assert read(plane, s, "notes/today.txt") == b"before\n"
+    out = plane.run(s, "print(open('notes/today.txt').read().strip())")  # a call sees it
+    assert out.status_code == 200 and out.json()["stdout"] == "before\n", out.text
+    with client(plane) as c:
+        assert c.delete(f"/v1/sessions/{s}/snapshots/{snap['id']}").status_code == 204
+        assert c.get(f"/v1/sessions/{s}/snapshots").json() == []
+    records = plane.audit(session=s)
+    changes = [(r["action"], r["object"], r["node"]) for r in records
+               if r["kind"] == "action" and r["action"].startswith("snapshot.")]
+    node = records[0]["node"]
+    assert changes == [("snapshot.create", snap["id"], node),
+                       ("snapshot.restore", snap["id"], node),
+                       ("snapshot.delete", snap["id"], node)]
+
+
+def test_a_restore_while_a_call_runs_on_the_node_is_session_busy(plane: Plane) -> None:
+    s = node_session(plane)["id"]
+    snap = snapshot(plane, s, "empty")
+    call = threading.Thread(target=plane.run, args=(s, "import time; time.sleep(6)"))
+    call.start()
+    answers = []
+    try:
+        with client(plane) as c:
+            while call.is_alive() and 409 not in answers:
+                got = c.post(f"/v1/sessions/{s}/snapshots/{snap['id']}/restore")
+                answers.append(got.status_code)
+                if got.status_code == 409:
+                    assert got.json()["error"]["code"] == "session_busy", got.text
+                time.sleep(0.2)
+    finally:
+        call.join(timeout=60)
+    assert 409 in answers, answers
+    assert set(answers) <= {200, 409}, answers
+
+
+def test_a_fork_of_a_node_session_has_its_files_on_the_same_node(plane: Plane) -> None:
+    source = node_session(plane)
+    s = source["id"]
+    put(plane, s, "a.txt", b"one")
+    snap = snapshot(plane, s, "one")
+    put(plane, s, "a.txt", b"two")
+    with client(plane) as c:
+        now = c.post(f"/v1/sessions/{s}/fork", json={})
+        assert now.status_code == 201, now.text
+        then = c.post(f"/v1/sessions/{s}/fork", json={"snapshot": snap["id"]})
+        assert then.status_code == 201, then.text
+    forked, from_snap = now.json(), then.json()
+    assert forked["node"] == from_snap["node"] == source["node"]
+    assert read(plane, forked["id"], "a.txt") == b"two"
+    assert read(plane, from_snap["id"], "a.txt") == b"one"
+    put(plane, forked["id"], "a.txt", b"the fork's own")  # independent of its source
+    assert read(plane, s, "a.txt") == b"two"
+    forks = [(r["object"], r["detail"]) for r in plane.audit(session=s)
+             if r["action"] == "session.fork"]
+    assert forks == [(forked["id"], f"from {s}"),
+                     (from_snap["id"], f"from {s} snapshot {snap['id']}")]
+
+
+def debugfs_cat(image: Path, path: str) -> bytes:
+    done = subprocess.run(["debugfs", "-R", f"cat {path}", str(image)], capture_output=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_navi_backup_holds_the_files_of_sessions_on_nodes(
+    plane: Plane, cluster: Cluster, tmp_path: Path
+) -> None:
+    sessions = [node_session(plane)]
+    while len(sessions) < 4 and {s["node"] for s in sessions} != {"n1", "n2"}:
+        sessions.append(node_session(plane))  # placement alternates: one on each node
+    assert {s["node"] for s in sessions} == {"n1", "n2"}
+    for n, s in enumerate(sessions):
+        put(plane, s["id"], "kept/in-backup.txt", f"file {n} of {s['id']}".encode())
+    snap = snapshot(plane, sessions[0]["id"], "kept")
+    dest = tmp_path / "backup"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "backup", str(dest), "--json",
+         "--data-dir", str(plane.server.data_dir)], cwd=ROOT, capture_output=True, text=True,
+        timeout=300, env={**env, "NAVI_CLUSTER": cluster.address})
+    took = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads(done.stdout.strip().splitlines()[-1])
+    disks = manifest["disks"]["disks"]
+    print(f"\nbackup of {len(disks)} node images: "
+          f"{sum(d['stored'] for d in disks):,} bytes stored, {took:.1f} s (CLI), "
+          f"disks {manifest['disks']['seconds']} s")
+    for n, s in enumerate(sessions):
+        mine = [d for d in disks if d["session"] == s["id"]]
+        assert [(d["kind"], d["node"]) for d in mine if d["kind"] == "session"] == [
+            ("session", s["node"])], mine
+        image = dest / next(d["path"] for d in mine if d["kind"] == "session")
+        assert debugfs_cat(image, "/workspace/kept/in-backup.txt") == \
+            f"file {n} of {s['id']}".encode()
+    snaps = [d for d in disks if d["kind"] == "snapshot"]
+    assert [Path(d["path"]).name for d in snaps if d["session"] == sessions[0]["id"]] == [
+        f"{snap['id']}.img"]
+    assert not [k for k in manifest["disks"]["skipped"] if k["reason"] == "other_node"]
+    assert manifest["verified"]["ok"]

@@ -1,0 +1,84 @@
+"""What a node agent takes for snapshots and what `navi backup` takes from a node: ids only,
+checked; nothing a node streams places a file outside its session's place in the backup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.backup_nodes import write_images
+from runtime.errors import InvalidInput
+from runtime.nodes.snapshot_wire import SnapshotOp
+from runtime.nodes.wire import parsed
+
+T, S, SNAP = "t_0123456789abcdef", "s_0123456789abcdef", "sn_0123456789abcdef"
+
+
+def op(**fields: object) -> bytes:
+    return json.dumps({"tenant": T, "session": S, **fields}).encode()
+
+
+def test_a_well_formed_request_parses() -> None:
+    got = parsed(SnapshotOp, op(op="restore", snapshot=SNAP, limit=1 << 30))
+    assert (got.op, got.snapshot, got.limit) == ("restore", SNAP, 1 << 30)
+
+
+@pytest.mark.parametrize("fields", [
+    {"op": "get", "snapshot": "../../etc/passwd"},
+    {"op": "get", "snapshot": "sn_0123456789abcdef/../x"},
+    {"op": "delete"},
+    {"op": "restore", "snapshot": SNAP},  # without the tenant's limit
+    {"op": "fork", "target": "../other"},
+    {"op": "fork", "target": S},
+    {"op": "list", "path": "/etc"},
+    {"op": "mount"},
+], ids=lambda f: "-".join(f"{k}={v}" for k, v in f.items()))
+def test_a_path_or_an_incomplete_request_is_refused(fields: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        parsed(SnapshotOp, op(**fields))
+
+
+def test_a_session_id_with_a_path_is_refused() -> None:
+    with pytest.raises(InvalidInput):
+        parsed(SnapshotOp, json.dumps({"tenant": T, "session": "../x", "op": "list"}))
+
+
+def test_a_streamed_image_is_written_sparse_where_its_ids_place_it(tmp_path: Path) -> None:
+    session_dir = tmp_path / "workspaces" / T / S
+    session_dir.parent.mkdir(parents=True)
+    meta = {"id": SNAP, "name": None, "created_at": 1.0, "bytes": 4096}
+    items = [("image", {"kind": "session", "name": "/etc/passwd", "size": 1 << 30}),
+             ("data", (4096, b"abc")),
+             ("image", {"kind": "snapshot", "name": f"x/{SNAP}.img", "size": 8192,
+                        "meta": meta}),
+             ("data", (0, b"z"))]
+    copied = write_images(iter(items), session_dir)
+    assert copied is not None
+    session_image = tmp_path / "workspaces" / T / f"{S}.img"
+    assert [(k, p) for k, p, _s, _m in copied] == [
+        ("session", session_image),
+        ("snapshot", tmp_path / "workspaces" / T / f"{S}.snapshots" / f"{SNAP}.img")]
+    assert session_image.stat().st_size == 1 << 30
+    assert session_image.stat().st_blocks * 512 < 1 << 20  # holes stay holes
+    with open(session_image, "rb") as fh:
+        fh.seek(4096)
+        assert fh.read(3) == b"abc"
+
+
+@pytest.mark.parametrize("items", [
+    [("image", {"kind": "snapshot", "name": "../../evil.img", "size": 1,
+                "meta": {"id": "../../evil"}})],
+    [("image", {"kind": "session", "size": 10}), ("data", (8, b"too long"))],
+    [("data", (0, b"before any image"))],
+    [("image", {"kind": "other", "name": "x", "size": 1})],
+], ids=["snapshot-path", "past-the-end", "no-image", "unknown-kind"])
+def test_what_a_node_streams_cannot_place_bytes_elsewhere(
+    tmp_path: Path, items: list[tuple[str, object]]
+) -> None:
+    session_dir = tmp_path / "workspaces" / T / S
+    session_dir.parent.mkdir(parents=True)
+    with pytest.raises(ValueError):
+        write_images(iter(items), session_dir)
+    assert not (tmp_path / "evil.img").exists()
