@@ -8,9 +8,11 @@ revoked token, a gone session, or a file gone, made unreadable or replaced by a 
 directory: 404, the one answer for all. Both are streamed and hold their session until
 their response ends (`runtime.api.held_response`); the server answers at most a few dozen
 anonymous link requests at once and a link a few readers at once (429 past either).
-Downloads are attachments with `nosniff`;
-published HTML is answered under a CSP `sandbox` with no `allow-same-origin` and
-`connect-src 'none'`, so no script in it can reach the API, whatever frames it.
+Downloads are attachments with `nosniff`. Published HTML is never shown on the API's
+origin: the API answers 307 to an origin of the page's own on the preview origin
+(`runtime.api.published_origin`), which serves it under a CSP `sandbox` with no
+`allow-same-origin` and `connect-src 'none'`, so no script in it can reach the API,
+whatever frames it.
 
 `GET /v1/sessions/{id}/shares` lists a session's live links (never their tokens) and
 `DELETE /v1/sessions/{id}/shares/{share_id}` revokes one (audited `share.revoke`).
@@ -87,7 +89,8 @@ async def open_link(services: Services, token: str, kind: ShareKind, *,
                     max_bytes: int | None = None, count: bool = True
                     ) -> tuple[ShareRecord, HeldRead]:
     """``_open_link`` for a caller without a request (the preview origin's published
-    pages); ``count``: a read of the file (not a redirect to where it is read)."""
+    pages); ``count``: counted as a read now (else the caller counts it once it knows it
+    is one: a redirect is not)."""
     releases: list[Callable[[], None]] = [services.reads.enter_anonymous()]
     try:
         share = await ShareStore(services.store).by_token(token, kind)
