@@ -16,7 +16,7 @@ container, under which runtime tier). Suites pick adapters by capability, never 
                             (``late_bind.py``; primed by another session of the tenant)
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
     cluster-node            a node agent of a real 1-node local cluster, through RemoteNode
-                            (``runtime.nodes.remote``; its own cluster per module: +~35 s;
+                            (``runtime.nodes.control.remote``; its own cluster per module: +~35 s;
                             the probes' agent has no session disks: plain directories)
 
 **Adding a backend** (the cluster node, a new engine or tier) is adding one adapter to
@@ -240,7 +240,10 @@ def docker(runtime: str, *, warm: bool) -> Adapter:
 
 # The probes plant files in the workspace from this host, which does not see a node's session
 # disk (mounted in the node's own mount namespace): tests/security/conftest.py joins its
-# cluster with ``disks=False`` (plain directories, seen from here). Contract checks keep disks.
+# cluster with ``disks=False`` (plain directories in the node's storage, which this host
+# reaches under the cluster's directory). Contract checks keep disks. The Sandbox's workspace
+# is that storage path (to plant files); a call names the session's workspace instead
+# (`RemoteNode.verify`), as every call to a node does: the node resolves it.
 CLUSTER_NODE = Capabilities(runtime="runc")
 
 
@@ -250,20 +253,25 @@ async def _cluster_node(fixtures: pytest.FixtureRequest) -> AsyncIterator[Sandbo
     from tests.docker.cluster_rig import IMAGE
 
     node = next(iter(fixtures.getfixturevalue("cluster_nodes").values()))
+    cluster = fixtures.getfixturevalue("cluster")
     tenant, session = new_tenant_id(), new_session_id()
     await asyncio.to_thread(node.create, tenant, session)
+    data_root = next(n["data_root"] for n in cluster.state["nodes"] if n["id"] == node.id)
+    planted = Path(data_root).parent / "navi" / "workspaces" / tenant / session / "workspace"
 
     async def drive(call: ExecRequest, on_output: OutputCallback | None,
                     before_start: Awaitable[object] | None,
                     scripted: FakeResponse | None) -> ExecResult:
-        result: ExecResult = await node.backend.run(call.model_copy(update={"node": node.id}),
+        named: dict[str, object] = {"node": node.id}
+        if call.workspace is not None:
+            named["workspace"] = node.verify(tenant, session)  # a name the node resolves
+        result: ExecResult = await node.backend.run(call.model_copy(update=named),
                                                     on_output, before_start=before_start)
         return result
 
     try:
-        yield Sandbox(node.backend, CLUSTER_NODE, image=IMAGE,
-                      workspace=node.verify(tenant, session), drive=drive, tenant=tenant,
-                      session=session)
+        yield Sandbox(node.backend, CLUSTER_NODE, image=IMAGE, workspace=planted, drive=drive,
+                      tenant=tenant, session=session)
     finally:
         await asyncio.to_thread(node.remove, tenant, session)
 

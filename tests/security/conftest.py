@@ -3,10 +3,11 @@ conformance harness's ``sandbox`` for the confinement probes (one per adapter), 
 tools of a data dir (``services``, from tests/fakes/tool_rigs).
 
 The cluster-node adapter's cluster (one per module, up only when that adapter runs) has its
-agent made with ``disks=False``: workspaces are plain directories on the shared filesystem,
-so a probe can plant a file (a setuid binary owned by root) from this host. The node's engine,
-its seccomp profile, flags and mounts are the real ones; the loop-mounted disk is not (its
-options are checked in tests/docker/test_node_agent.py)."""
+agent made with ``disks=False``: workspaces are plain directories in the node's storage, which
+this host reaches under the cluster's directory (the node itself sees it only in its own mount
+namespace), so a probe can plant a file (a setuid binary owned by root) from this host. The
+node's engine, its seccomp profile, flags and mounts are the real ones; the loop-mounted disk
+is not (its options are checked in tests/docker/test_node_agent.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.docker.tool_rig import runner_image  # noqa: F401 - the fixture, used
 from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name
 
 if TYPE_CHECKING:
-    from runtime.nodes.remote import RemoteNode  # imports Ray: only where a node is used
+    from runtime.nodes.control.remote import RemoteNode  # imports Ray: only where a node is used
 
 cluster = module_cluster(nodes=1)  # only the cluster-node adapter brings it up
 

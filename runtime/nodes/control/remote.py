@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,6 @@ from runtime.errors import InvalidInput
 from runtime.nodes.agent.actor import NodeAgent, actor_name
 from runtime.nodes.control.files import RemoteFiles
 from runtime.nodes.control.hop import LOST, Hop, wire
-from runtime.nodes.control.snapshots import RemoteSnapshots
 from runtime.nodes.wire import (
     MAX_OBJECT_BYTES,
     SESSION_TMP,
@@ -136,7 +137,6 @@ class RemoteNode:
                  on_lost: Callable[[str], None] | None = None) -> None:
         self._hop = Hop(node_id, actor, on_lost)
         self._backend = RemoteBackend(self._hop)
-        self.snapshots = RemoteSnapshots(self._hop)  # runtime.sessions.snapshots uses it
 
     @property
     def id(self) -> str:
@@ -179,7 +179,16 @@ def _read_all(paths: list[Path]) -> list[bytes]:
     """Files this side mounts into a call (a user tool's copy), read to travel by hash."""
     out = []
     for path in paths:
-        with open(path, "rb") as f:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            raise InvalidInput(f"mount source {path} does not exist or is not a regular file "
+                               "or directory") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device, a directory
+            os.close(fd)
+            raise InvalidInput(f"mount source {path} must be a regular file or directory "
+                               "(on a node: a regular file)")
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_OBJECT_BYTES + 1)
         if len(data) > MAX_OBJECT_BYTES:
             raise InvalidInput(f"a file a call mounts on a node is at most {MAX_OBJECT_BYTES} "
