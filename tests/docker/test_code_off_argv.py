@@ -1,9 +1,9 @@
 """Tenant code never rides on a container's command line (issue 39): a cold `code_exec`
 (python, bash), a `terminal` call with a cwd and a background process (E2B's commands are
-ones) each carry a secret
-marker in their code; while each runs, neither the engine's container config (`docker
-inspect`) nor any host process's `/proc/<pid>/cmdline` (world-readable) holds it. What the
-tools show stays as before: output, exit codes, `$0`, a process's own stdin, a signal to it."""
+ones) each carry a secret marker in their code; while each runs, neither the engine's
+container config (`docker inspect`) nor any host process's `/proc/<pid>/cmdline`
+(world-readable) holds it. What the tools show stays as before: output, exit codes, `$0`,
+tracebacks (cold and warm), a process's own stdin, a signal to it."""
 
 from __future__ import annotations
 
