@@ -14,6 +14,7 @@ from runtime.nodes import LocalNode, NodeBackends, Nodes
 from runtime.nodes.failures import Failed, packed, raise_failed
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import ExecRequest
+from runtime.store import SessionRecord
 from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.workspace import Workspaces
 
@@ -82,6 +83,21 @@ def test_files_go_to_the_sessions_own_node(tmp_path: Path) -> None:
         assert files.read_bytes("a.txt") == b"on n2"
     with pytest.raises(NotFound):
         nodes.local.open(tenant, session)
+
+
+async def test_a_sessions_state_is_its_nodes(tmp_path: Path) -> None:
+    """`GET /v1/sessions/{id}` says `state` as the session's node sees it: made on n2 (its
+    disk in use there) it is `active`, though this machine holds nothing of it; an
+    unavailable node says `idle`. Red with the control plane's own `Workspaces.state`."""
+    nodes, _here, _there = _nodes(tmp_path)
+    tenant, session = new_tenant_id(), new_session_id()
+    nodes.get("n2").create(tenant, session)
+    record = SessionRecord(id=session, tenant_id=tenant, profile="developer", created_at=0.0,
+                           node="n2")
+    assert await nodes.state_of(record) == "active"
+    assert nodes.local.state(tenant, session) == "idle"
+    nodes.discard("n2")
+    assert await nodes.state_of(record) == "idle"
 
 
 @pytest.mark.parametrize("exc", [
