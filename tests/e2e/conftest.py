@@ -70,7 +70,7 @@ class Server:
 
 def start_server(tmp: Path, policy: Path | None = None,
                  extra_env: dict[str, str] | None = None,
-                 launcher: str = "runtime.cli", ready_s: float = 30) -> Server:
+                 launcher: str = "runtime.cli", ready_s: float = 90) -> Server:
     """`launcher`: the module run as `python -m` (tests/fakes/faulty_serve injects faults);
     `ready_s`: how long it may take to answer /v1/healthz."""
     port = free_port()
