@@ -229,14 +229,15 @@ async def test_a_running_call_is_killed_on_its_node(session: tuple[RemoteNode, s
 
 async def test_the_nodes_warm_pool_serves_the_session(
         session: tuple[RemoteNode, str, str], cluster: Cluster) -> None:
+    """After a call the node's pool has a ready container for the tenant (the tenant pool:
+    the session is bound when a call takes it), the next call takes it (single use), and
+    releasing the session leaves nothing of it on the node."""
     node, tenant, sid = session
     first = await node.backend.run(request(node, tenant, sid, ["python3", "-c", "print(1)"]))
     assert first.exit_code == 0
 
-    def warm() -> list[str]:  # the tenant's pooled ones (late_bind.py: bound to no session)
-        return node_engine(cluster, node.id, "ps", "-q", "--filter",
-                           f"label=navi.tenant={tenant}", "--filter", "label=navi.session="
-                           ).split()
+    def warm(label: str = f"navi.tenant={tenant}") -> list[str]:
+        return node_engine(cluster, node.id, "ps", "-q", "--filter", f"label={label}").split()
 
     deadline = time.monotonic() + 20
     while not warm() and time.monotonic() < deadline:
@@ -249,9 +250,11 @@ async def test_the_nodes_warm_pool_serves_the_session(
     while ready[0] in warm() and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     assert ready[0] not in warm()  # the ready one served it (single use)
-    await node.backend.release_session(sid)  # nothing of the session stays on the node
-    assert node_engine(cluster, node.id, "ps", "-aq", "--filter",
-                       f"label=navi.session={sid}").split() == []
+    await node.backend.release_session(sid)
+    deadline = time.monotonic() + 20
+    while warm(f"navi.session={sid}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert warm(f"navi.session={sid}") == []
 
 
 def _raw_run(node: RemoteNode, payload: object) -> list[Any]:
