@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import Forbidden, InvalidInput, QuotaExceeded
+from runtime.executor.prewarm import prewarm
 from runtime.sessions.principal import Principal, subject_for
 from runtime.store import SessionRecord
 from runtime.store.ids import new_session_id
@@ -62,7 +65,7 @@ async def open_session(services: OpenDeps, principal: Principal, *,
         record = await services.store.create_session(
             principal.tenant_id, profile, title=title, session_id=session_id, node=node.id)
         try:
-            await asyncio.to_thread(
+            workspace = await asyncio.to_thread(
                 node.create, principal.tenant_id, record.id, uid=uid,
                 disk_bytes=quotas.session_disk_mb * MiB,
                 tenant_disk_bytes=quotas.tenant_disk_mb * MiB)
@@ -70,7 +73,21 @@ async def open_session(services: OpenDeps, principal: Principal, *,
             await services.store.delete_session(principal.tenant_id, record.id)
             await asyncio.to_thread(node.remove, principal.tenant_id, record.id)
             raise
+    if isinstance(workspace, Path):  # its first call warmed in the background, where the
+        # node's backend can (runtime.executor.prewarm); the answer does not wait for it
+        _spawn(prewarm(services.executor.engine, node.backend, services.executor.resolve_image,
+                       subject.model_copy(update={"session": record.id, "node": node.id}),
+                       workspace, node.tmp_path(principal.tenant_id, record.id)))
     return record
+
+
+_prewarming: set[asyncio.Task[bool]] = set()
+
+
+def _spawn(warming: Coroutine[Any, Any, bool]) -> None:
+    task = asyncio.ensure_future(warming)
+    _prewarming.add(task)
+    task.add_done_callback(_prewarming.discard)
 
 
 async def end_session(services: SessionDeps, record: SessionRecord) -> None:

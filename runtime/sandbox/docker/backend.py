@@ -272,6 +272,24 @@ class DockerBackend(ContainerShapes):
         )
         return result
 
+    async def prefill(self, request: ExecRequest) -> bool:
+        """Start filling the tenant's pool for calls like ``request`` (a new session's first
+        call, before it is made): True when launches were asked for. Never blocks on the
+        engine (the launches run in the background), within ``per_tenant`` and ``total``."""
+        await self.start()
+        root = self.launcher.bind_root
+        if (not self.warm.enabled or root is None or not root.opened or request.env
+                or request.network == "egress" or request.workspace is None):
+            return False
+        image_id = await self.engine.image_id_of(request.image)
+        template = pooled_template(self._spec(request, image_id), request.workdir)
+        if template is None or template.runtime not in self._runtimes:
+            return False
+        key = f"{warm_key(template)}:{request.limits.timeout_s}"
+        self.warm.replenish(key, self.launcher.spec_for(template, request),
+                            f"@{request.tenant}", request.tenant)
+        return True
+
     async def _begin(self, container: str, warm: WarmContainer | None, request: ExecRequest,
                      before_start: Awaitable[object] | None) -> Started:
         """``before_start`` (e.g. the audit intent: nothing runs before it), then the
