@@ -39,6 +39,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
+from bench.cluster_backup import backup_cost
 from bench.exec_api import THINK_S, LeanClient, _free_port, _until_up, stop_server
 from runtime.config import PROJECT_ROOT, Settings
 
@@ -201,7 +202,8 @@ async def throughput(server: Server, sessions: int, seconds: float) -> dict[str,
             "calls_per_s": round(sum(done) / took, 2)}
 
 
-def run(runs: int, seconds: float, max_nodes: int, image: str) -> dict[str, Any]:
+def run(runs: int, seconds: float, max_nodes: int, image: str, backup: int = 0,
+        backup_mib: int = 4) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="navi-bench-cluster-"))
     results: dict[str, Any] = {"image": image, "runs": runs, "seconds": seconds,
                                "cpus": os.cpu_count(), "load_before": os.getloadavg()}
@@ -217,6 +219,9 @@ def run(runs: int, seconds: float, max_nodes: int, image: str) -> dict[str, Any]
                     serving(tmp / f"tp-{n}", image, directory, address) as server:
                 results["scale"][f"{n}_nodes"] = asyncio.run(
                     throughput(server, 2 * n, seconds))
+                if backup and n == min(2, max_nodes):  # bench/cluster_backup.py
+                    results["backup"] = backup_cost(server, tmp / f"tp-{n}" / "data",
+                                                    address, backup, backup_mib)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results["load_after"] = os.getloadavg()
@@ -229,9 +234,14 @@ def cli(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=3, help="Up to N nodes.")] = 3,
     image: Annotated[str, typer.Option("--image", help="code_exec's image on both sides.")
                      ] = "tools-runner",
+    backup: Annotated[int, typer.Option("--backup", min=0, help="Sessions on nodes for the "
+                                        "navi backup figure (0: none).")] = 8,
+    backup_mib: Annotated[int, typer.Option("--backup-mib", min=1, help="MiB each holds.")
+                          ] = 4,
 ) -> None:
-    """The hop to a cluster node (warm print(1), local vs node) and calls/s on 1..N nodes."""
-    results = run(runs, seconds, nodes, image)
+    """The hop to a cluster node (warm print(1), local vs node), calls/s on 1..N nodes, and
+    `navi backup` of sessions on nodes."""
+    results = run(runs, seconds, nodes, image, backup, backup_mib)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"cluster-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
@@ -241,4 +251,9 @@ def cli(
     for name, row in results["scale"].items():
         typer.echo(f"{name:8} {row['sessions']} sessions on {row['nodes']}: "
                    f"{row['calls_per_s']} calls/s")
+    if "backup" in results:
+        b = results["backup"]
+        typer.echo(f"navi backup of {b['sessions']} node sessions ({b['mib_each']} MiB each): "
+                   f"{b['images']} images, {b['stored_bytes']:,} bytes, disks "
+                   f"{b['disks_seconds']} s, command {b['command_seconds']} s")
     typer.echo(f"results: {path}")

@@ -33,6 +33,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 
 from runtime.audit.mirror import fsync_dir
+from runtime.errors import NodeUnavailable
 from runtime.freeze_guard import FreezeGuard
 from runtime.workspace.image_copy import (
     SNAPSHOTS_SUFFIX,
@@ -76,7 +78,7 @@ class DiskCopy(BaseModel):
 class DiskSkipped(BaseModel):
     tenant: str
     session: str
-    reason: Literal["no_image", "other_node"]
+    reason: Literal["no_image", "other_node", "node_unavailable"]
 
 
 class DiskReport(BaseModel):
@@ -158,7 +160,14 @@ def _from_node(nodes: FromNodes, work: Path, tenant: str, session: str, node: st
                report: DiskReport, *, snapshots: bool) -> None:
     target_dir = _make_dirs(work, tenant)
     began = time.monotonic()
-    copied = nodes.fetch(node, tenant, session, target_dir / session, snapshots=snapshots)
+    try:
+        copied = nodes.fetch(node, tenant, session, target_dir / session, snapshots=snapshots)
+    except NodeUnavailable:  # a node that is down holds its sessions back, not the backup
+        image_of(target_dir / session).unlink(missing_ok=True)  # what came before it went
+        shutil.rmtree(snapshots_dir(target_dir / session), ignore_errors=True)
+        report.skipped.append(DiskSkipped(tenant=tenant, session=session,
+                                          reason="node_unavailable"))
+        return
     if copied is None:
         report.skipped.append(DiskSkipped(tenant=tenant, session=session, reason="no_image"))
         return

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from runtime.errors import NodeUnavailable, SandboxError
 from runtime.workspace.image_copy import image_of, snapshots_dir
 
 SNAPSHOT_IMAGE = re.compile(r"sn_[0-9a-f]{16}\.img")
@@ -45,18 +46,26 @@ class NodeDisks:
             from runtime.nodes.agent.actor import actor_name
             from runtime.nodes.control.hop import Hop
 
-            actor = ray.get_actor(actor_name(node_id), namespace=NAMESPACE)
+            try:
+                actor = ray.get_actor(actor_name(node_id), namespace=NAMESPACE)
+            except ValueError:  # no such actor: the node (or its agent) is not up
+                raise NodeUnavailable(node_id, f"node {node_id} has no agent") from None
             self._hops[node_id] = Hop(node_id, actor, None)
         return self._hops[node_id]
 
     def fetch(self, node_id: str, tenant: str, session: str, session_dir: Path, *,
               snapshots: bool) -> list[Copied] | None:
         """Write the session's images under ``session_dir``'s place in the backup; what was
-        written, or None when its node holds no image of it."""
+        written, or None when its node holds no image of it. ``NodeUnavailable``: its node
+        is down; a malformed stream is ``SandboxError`` (the backup fails)."""
         from runtime.nodes.control.snapshots import disk_stream
 
-        items = disk_stream(self._hop(node_id), tenant, session, snapshots=snapshots)
-        return write_images(items, session_dir)
+        try:
+            items = disk_stream(self._hop(node_id), tenant, session, snapshots=snapshots)
+            return write_images(items, session_dir)
+        except ValueError as exc:
+            raise SandboxError(f"node {node_id} sent a malformed disk stream: {exc}"
+                               ) from None
 
     def close(self) -> None:
         from runtime.cluster import link

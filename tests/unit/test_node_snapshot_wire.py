@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from runtime.backup_disks import backup_disks
 from runtime.backup_nodes import write_images
-from runtime.errors import InvalidInput
+from runtime.errors import InvalidInput, NodeUnavailable
 from runtime.nodes.snapshot_wire import SnapshotOp
 from runtime.nodes.wire import parsed
+from runtime.workspace.image_copy import image_of
 
 T, S, SNAP = "t_0123456789abcdef", "s_0123456789abcdef", "sn_0123456789abcdef"
 
@@ -82,3 +84,28 @@ def test_what_a_node_streams_cannot_place_bytes_elsewhere(
     with pytest.raises(ValueError):
         write_images(iter(items), session_dir)
     assert not (tmp_path / "evil.img").exists()
+
+
+class _DownNode:
+    """A cluster whose node went down in the middle of sending a session's disk."""
+
+    def fetch(self, node_id: str, tenant: str, session: str, session_dir: Path, *,
+              snapshots: bool) -> None:
+        image_of(session_dir).write_bytes(b"half an image")
+        raise NodeUnavailable(node_id)
+
+
+def test_a_node_that_is_down_holds_back_its_sessions_not_the_backup(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    report = backup_disks(tmp_path / "data", work, [(T, S, "n2")], nodes=_DownNode())
+    assert [(k.session, k.reason) for k in report.skipped] == [(S, "node_unavailable")]
+    assert report.disks == []
+    assert list((work / "workspaces" / T).iterdir()) == []  # no half image left
+
+
+def test_without_the_cluster_a_node_session_is_listed_as_not_copied(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    report = backup_disks(tmp_path / "data", work, [(T, S, "n2")])
+    assert [(k.session, k.reason) for k in report.skipped] == [(S, "other_node")]
