@@ -29,6 +29,7 @@ from runtime.kernels.models import KernelEvent
 from runtime.logging import get_logger
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.launch import start_cold
 from runtime.sandbox.docker.spec import BindMount
 from runtime.sandbox.models import ExecRequest
 
@@ -77,12 +78,11 @@ class KernelContainer:
             spec = spec.model_copy(update={"env": {**spec.env, "HOME": request.workdir}})
         engine = backend.engine
         container = await engine.acquire(engine.remove, engine.create, spec)
-        try:
-            attached = await engine.acquire(attach.shutdown, engine.attach, container)
+        try:  # attached, then started (the sandbox layer's cold start): no output missed
+            attached = (await start_cold(engine, container, b"")).attached
             kernel = cls(backend, container, attached)
             kernel._reader = attach.in_thread(kernel._read, asyncio.get_running_loop(),
                                               name=f"navi-kernel-{container[:12]}")
-            await engine.call(engine.start, container)
             try:
                 async with asyncio.timeout(START_TIMEOUT_S):
                     first = await kernel.events.get()

@@ -194,6 +194,7 @@ def main() -> None:
     if listeners or serve or follow:
         if os.fork() == 0:  # the child forks the relay and exits: init adopts the relay
             if os.fork() == 0:
+                os.setsid()  # a signal to the program's process group spares the relay
                 null = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
                     os.dup2(null, fd)

@@ -33,6 +33,7 @@ from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.docker.engine import DockerEngine
 from runtime.sandbox.docker.errors import map_docker_errors
+from runtime.sandbox.docker.launch import start_cold
 from runtime.sandbox.docker.spec import LABEL_INSTANCE, LABEL_LEASE, BindMount, ContainerSpec
 from runtime.sandbox.models import ExecRequest
 
@@ -69,13 +70,8 @@ class ProcessContainers:
         its HOME instead of /tmp, e.g. where ``request.workdir`` mounts the workspace;
         ``egress_dir``: the directory holding a link to the ``egress`` socket, mounted
         instead of the socket itself, see ``runtime.processes.egress``)."""
-        await self.backend.start()
-        image_id = await self.engine.image_id_of(request.image)
-        spec = self.backend._spec(request, image_id, egress)
-        if spec.runtime not in self.backend.runtimes:
-            await self.backend._require_runtime(spec.runtime, request.limits.runtime)
-        self.backend._prepare_workspace(request)
-        lease = int(time.time() + lifetime_s + LEASE_GRACE_S) + 1
+        spec = await self.backend.long_lived_spec(request, lease_s=lifetime_s, egress=egress)
+        lease = int(time.time() + lifetime_s + LEASE_GRACE_S) + 1  # ours: adoption reads it
         update: dict[str, Any] = {"labels": {**spec.labels, LABEL_LEASE: str(lease),
                                              LABEL_PROCESS: record_id}}
         if egress_dir is not None:
@@ -92,25 +88,13 @@ class ProcessContainers:
             update["env"] = {**update.get("env", spec.env), "HOME": home}
         return spec.model_copy(update=update)
 
-    def _create(self, spec: ContainerSpec) -> str:
-        api = self.engine.api
-        with map_docker_errors("create the process container", image=spec.image):
-            host_config = api.create_host_config(**spec.host_config_kwargs())
-            return str(api.create_container(**spec.create_kwargs(host_config))["Id"])
-
     async def create(self, spec: ContainerSpec) -> str:
-        return await self.engine.acquire(self.engine.remove, self._create, spec)
+        return await self.engine.acquire(self.engine.remove, self.engine.create, spec)
 
     async def attach_and_start(self, container: str) -> Any:
-        """Attach first (no output is missed), then start; the attach socket."""
-        engine = self.engine
-        attached = await engine.acquire(attach.shutdown, engine.attach, container)
-        try:
-            await engine.call(engine.start, container)
-        except BaseException:
-            attach.shutdown(attached)
-            raise
-        return attached
+        """Attach first (no output is missed), then start; the attach socket (the sandbox
+        layer's own cold start: ``start_cold``)."""
+        return (await start_cold(self.engine, container, b"")).attached
 
     async def reattach(self, container: str) -> Any:
         """A running container's stdio again (output from now on)."""

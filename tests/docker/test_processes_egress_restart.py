@@ -69,6 +69,7 @@ def counter() -> Iterator[ThreadingHTTPServer]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
+    server.server_close()
 
 
 def test_an_adopted_process_keeps_its_egress(tmp_path: Path,

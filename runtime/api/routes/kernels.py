@@ -29,6 +29,7 @@ from runtime.executor import new_exec_id
 from runtime.kernels import KernelExecuteBody, KernelInfo, KernelResult, check_kernel_name
 from runtime.kernels.service import KernelService
 from runtime.policy.decision import Subject
+from runtime.streaming import until_failed
 from runtime.tools import ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["kernels"])
@@ -100,23 +101,16 @@ async def _stream(services: Services, subject: Subject, name: str, body: KernelE
                   exec_id: str) -> AsyncIterator[bytes]:
     """This execute's events from the session bus, then (on failure) an `error` event."""
     events = services.hub.bus(subject.session).subscribe()
-    pending = asyncio.ensure_future(anext(events))
+    reading = asyncio.ensure_future(anext(events))
     await asyncio.sleep(0)  # subscribed before the run publishes anything
     task = asyncio.create_task(_run(services, subject, name, body, exec_id))
     try:
-        while True:
-            await asyncio.wait({pending, task}, return_when=asyncio.FIRST_COMPLETED)
-            if pending.done():
-                event = pending.result()
+        async with contextlib.aclosing(until_failed(events, task, reading=reading)) as ours:
+            async for event in ours:  # closed at the break: its read of the bus is cancelled
                 if event.exec_id == exec_id:
                     yield format_sse_event(data_str=event.wire, id=str(event.id))
                     if event.type == "tool_result":
                         break
-                pending = asyncio.ensure_future(anext(events))
-            elif task.exception() is not None:
-                break
-            else:
-                await asyncio.wait({pending})
         with contextlib.suppress(BaseException):
             await task
         exc = task.exception() if task.done() and not task.cancelled() else None
@@ -124,7 +118,7 @@ async def _stream(services: Services, subject: Subject, name: str, body: KernelE
             payload = _error_event(exc, exec_id).payload()
             yield format_sse_event(data_str=json.dumps(payload, separators=(",", ":")))
     finally:
-        pending.cancel()
+        reading.cancel()
         with contextlib.suppress(Exception):
             await events.aclose()
         if not task.done():  # the client left: the execute is interrupted, names kept

@@ -363,13 +363,15 @@ class DockerBackend(ContainerShapes):
         if used is not None:  # its session's binds come off with its slot
             await self.launcher.discard(used, used=True)
 
-    async def long_lived_spec(self, request: ExecRequest, *, lease_s: float) -> ContainerSpec:
-        """The hardened spec of a container that outlives one call (a kernel): the call's
-        own spec, its lease ``lease_s`` ahead (its owner removes it; a restart's sweep takes
-        what is left), its mounted directories owned by the sandbox user."""
+    async def long_lived_spec(self, request: ExecRequest, *, lease_s: float,
+                              egress: Path | None = None) -> ContainerSpec:
+        """The hardened spec of a container that outlives one call (a kernel, a background
+        process): the call's own spec (``egress``: its proxy socket), its lease ``lease_s``
+        ahead (its owner removes it; a restart's sweep takes what is left), its mounted
+        directories owned by the sandbox user."""
         await self.start()
         image_id = await self.engine.image_id_of(request.image)
-        spec = self._spec(request, image_id)
+        spec = self._spec(request, image_id, egress)
         if spec.runtime not in self._runtimes:
             await self._require_runtime(spec.runtime, request.limits.runtime)
         self._prepare_workspace(request)
