@@ -184,3 +184,45 @@ def test_a_mount_made_after_start_reaches_runc_not_gvisor(
         root.close()
         subprocess.run(["umount", "-l", str(tmp_path / "session")], capture_output=True,
                        check=False)
+
+
+async def test_idle_tenants_pools_shrink_back_within_the_hosts_budget(
+    backend_config: DockerBackendConfig, docker_api: docker.APIClient, test_instance_id: str,
+    sandbox_image: str,
+) -> None:
+    """Three new tenants' sessions ask for warm containers at once (``prefill``, as a
+    session's create does): the host's ``total`` (2) bounds what exists on the engine at
+    every moment, and an idle tenant's pool goes back to nothing after ``idle_s``."""
+    config = backend_config.model_copy(update={"warm": WarmPoolConfig(
+        size=1, burst=4, idle_s=4, per_tenant=2, total=2, late_bind=True)})
+    async with started_backend(config, docker_api, test_instance_id) as backend:
+        root = config.workspaces_root / f"lb-{uuid.uuid4().hex[:8]}"
+        tenants = [f"lb-idle-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
+
+        def pooled() -> list[dict]:
+            found = docker_api.containers(all=True, filters={
+                "label": f"navi.instance={test_instance_id}"})
+            return [c for c in found if c["Labels"].get("navi.tenant") in tenants]
+
+        asked = []
+        for tenant in tenants:
+            workspace, tmp = session_dirs(root, tenant)
+            asked.append(await backend.prefill(ExecRequest(
+                image=sandbox_image, argv=["python3", "-c", ""], workspace=workspace, tmp=tmp,
+                exec_id=f"lb-{uuid.uuid4().hex[:10]}", session=f"s-{tenant}", tenant=tenant,
+                limits=Limits(timeout_s=30))))
+        assert asked == [True, True, True]
+        most, deadline = 0, time.monotonic() + 20
+        while backend.warm.ready_count() < 2 and time.monotonic() < deadline:
+            most = max(most, len(pooled()))
+            await asyncio.sleep(0.05)
+        assert backend.warm.ready_count() == 2 and backend.warm._held.total() == 2  # noqa: SLF001
+        most = max(most, len(pooled()))
+        assert most <= 2, f"{most} warm containers, over the host's budget of 2"
+        # nobody calls: every pool shrinks back to nothing, on the engine too
+        deadline = time.monotonic() + 20
+        while (pooled() or backend.warm.ready_count()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert pooled() == [] and backend.warm.ready_count() == 0
+        assert backend.warm.stats["expired"] == 2
+        assert backend.warm._held.total() == 0  # noqa: SLF001
