@@ -33,7 +33,7 @@ from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
 from runtime.workspace.mount_guard import MountGuard
-from runtime.workspace.residency import MountedWhileUsed
+from runtime.workspace.residency import Residency
 from runtime.workspace.tmpdir import TMP, Root, ensure_tmp
 from runtime.workspace.workspace import Workspace
 
@@ -44,8 +44,9 @@ PARENT_MODE = 0o711
 SESSION_MODE = 0o770
 
 
-class Workspaces(MountedWhileUsed):
-    """Creates, opens and removes session workspaces under ``root``."""
+class Workspaces:
+    """Creates, opens and removes session workspaces under ``root``; which disks are mounted
+    is its ``residency``'s job (``runtime.workspace.residency``)."""
 
     def __init__(
         self,
@@ -74,9 +75,33 @@ class Workspaces(MountedWhileUsed):
         self._admission = threading.Lock()
         self._copying: dict[str, int] = {}  # tenant -> bytes admitted for copies being made
         self.activity = activity or Activity()
-        self.drop_containers: Callable[[str], None] = lambda session_id: None
-        self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
-        self._limits: dict[str, int] = {}
+        self.residency = Residency(activity=self.activity, disks=self.disks,
+                                   session_dir=self.session_dir, also=self.also,
+                                   admission=self._admission)
+        # what a session's use or release asks of it, by name (callers and the node's hooks)
+        self.state = self.residency.state
+        self.may_launch = self.residency.may_launch
+        self.exclusive = self.residency.exclusive
+        self.offline = self.residency.offline
+        self.release = self.residency.release
+
+    @property
+    def drop_containers(self) -> Callable[[str], None]:
+        """A session's warm containers removed before its disk is released (the node's)."""
+        return self.residency.drop_containers
+
+    @drop_containers.setter
+    def drop_containers(self, drop: Callable[[str], None]) -> None:
+        self.residency.drop_containers = drop
+
+    @property
+    def tenant_limit(self) -> Callable[[str], int | None]:
+        """A tenant's disk quota in bytes, for mounts after a restart (the node's)."""
+        return self.residency.tenant_limit
+
+    @tenant_limit.setter
+    def tenant_limit(self, limit: Callable[[str], int | None]) -> None:
+        self.residency.tenant_limit = limit
 
     @classmethod
     def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None
@@ -164,10 +189,10 @@ class Workspaces(MountedWhileUsed):
         session_dir = self.session_dir(tenant_id, session_id)
         os.close(self._tenant_fd(tenant_id, create=True))
         if tenant_disk_bytes is not None:
-            self._limits[tenant_id] = tenant_disk_bytes
-        limit = self._limit(tenant_id)
+            self.residency.set_limit(tenant_id, tenant_disk_bytes)
+        limit = self.residency.limit(tenant_id)
         with self._admission:
-            self._make_room(tenant_id, lambda: self.disks.admit(
+            self.residency.make_room(tenant_id, lambda: self.disks.admit(
                 session_dir.parent, size, limit, also=self.also(tenant_id)))
             self.disks.create(session_dir, size)
         self.activity.mark_active((tenant_id, session_id))
@@ -207,10 +232,10 @@ class Workspaces(MountedWhileUsed):
         with self._admission:
             also += self._copying.get(tenant_id, 0)
             if data_disk:
-                self._make_room(tenant_id, lambda: self.disks.admit(
+                self.residency.make_room(tenant_id, lambda: self.disks.admit(
                     tenant_dir, size, limit, also=also))
             else:
-                self._make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
+                self.residency.make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
                     tenant_dir, size, limit, also=also))
             self._copying[tenant_id] = self._copying.get(tenant_id, 0) + size
             self.disks.copying += size
@@ -233,7 +258,7 @@ class Workspaces(MountedWhileUsed):
         session_dir = self.session_dir(tenant_id, session_id)
         self.activity.take(key)
         try:
-            self._mount(key, session_dir)
+            self.residency.mount(key, session_dir)
             ws = self._open(tenant_id, session_id, root)
         except BaseException:
             self.activity.give(key)

@@ -1,5 +1,6 @@
-"""Session disks mounted while in use: the part of ``Workspaces`` that mounts, releases and
-makes room (sessions at rest cost no mount: docs/sessions.md; the leases are ``activity``'s).
+"""Session disks mounted while in use: ``Residency``, the collaborator of ``Workspaces`` that
+mounts, releases and makes room (sessions at rest cost no mount: docs/sessions.md; the
+leases are ``activity``'s).
 
 A use mounts the session's disk, admitted against the tenant's quota and the data disk as a
 mounted disk counts (``disk``); when it does not fit, the least recently used session with
@@ -23,24 +24,29 @@ from runtime.workspace.disk import SessionDisks
 log = get_logger(__name__)
 
 
-class MountedWhileUsed:
-    """Mixed into ``Workspaces``, which sets these attributes."""
+class Residency:
+    """Which session disks are mounted, for one ``Workspaces``: mounts on use, releases when
+    idle or for room, and the tenants' quotas a mount is admitted against.
 
-    activity: Activity
-    disks: SessionDisks
-    count_also: Callable[[str], int]
-    # bound by the app: drop a session's warm containers (they bind-mount its workspace)
-    # before its disk is released; a tenant's disk quota for mounts after a restart
-    drop_containers: Callable[[str], None]
-    tenant_limit: Callable[[str], int | None]
-    _limits: dict[str, int]
-    _admission: threading.Lock
+    ``session_dir``: a session's directory (its disk's mount point); ``also``: a tenant's
+    bytes beside its session disks; ``admission``: the lock every admission against tenant
+    quotas takes (shared with the session creates and copies of ``Workspaces``).
+    ``drop_containers`` (a session's warm containers removed: they bind-mount its workspace)
+    and ``tenant_limit`` (a tenant's disk quota in bytes, for mounts after a restart) are the
+    machine's: ``runtime.nodes.machine`` binds them once its backend runs.
+    """
 
-    def session_dir(self, tenant_id: str, session_id: str) -> Path:
-        raise NotImplementedError
-
-    def also(self, tenant_id: str) -> int:
-        raise NotImplementedError
+    def __init__(self, *, activity: Activity, disks: SessionDisks,
+                 session_dir: Callable[[str, str], Path], also: Callable[[str], int],
+                 admission: threading.Lock) -> None:
+        self.activity = activity
+        self.disks = disks
+        self.session_dir = session_dir
+        self.also = also
+        self.admission = admission
+        self.drop_containers: Callable[[str], None] = lambda session_id: None
+        self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
+        self._limits: dict[str, int] = {}
 
     def state(self, tenant_id: str, session_id: str) -> str:
         """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
@@ -96,7 +102,8 @@ class MountedWhileUsed:
         log.info("session_released", tenant=key[0], session=key[1])
         return True
 
-    def _mount(self, key: Key, session_dir: Path) -> None:
+    def mount(self, key: Key, session_dir: Path) -> None:
+        """The session's disk mounted (admitted first, making room if need be)."""
         if self.activity.is_active(key):  # checked after the lease: a release waits for it
             return
         with self.activity.gate(key):
@@ -104,9 +111,9 @@ class MountedWhileUsed:
                 return
             growth = self.disks.mount_growth(session_dir)
             if growth:
-                limit = self._limit(key[0])
-                with self._admission:
-                    self._make_room(key[0], lambda: self.disks.admit(
+                limit = self.limit(key[0])
+                with self.admission:
+                    self.make_room(key[0], lambda: self.disks.admit(
                         session_dir.parent, growth, limit, also=self.also(key[0])),
                         exclude=key)
                     self.disks.ensure_mounted(session_dir)
@@ -115,7 +122,12 @@ class MountedWhileUsed:
             if session_dir.is_dir():
                 self.activity.mark_active(key)
 
-    def _limit(self, tenant_id: str) -> int:
+    def set_limit(self, tenant_id: str, limit: int) -> None:
+        """The tenant's disk quota in bytes, as known at a session's create."""
+        self._limits[tenant_id] = limit
+
+    def limit(self, tenant_id: str) -> int:
+        """The tenant's disk quota in bytes (``tenant_limit``'s answer, kept; unknown: none)."""
         if tenant_id not in self._limits:
             found = self.tenant_limit(tenant_id)
             if found is None:
@@ -123,7 +135,7 @@ class MountedWhileUsed:
             self._limits[tenant_id] = found
         return self._limits[tenant_id]
 
-    def _make_room(self, tenant_id: str, admit: Callable[[], None], *,
+    def make_room(self, tenant_id: str, admit: Callable[[], None], *,
                    exclude: Key | None = None) -> None:
         """Run ``admit``; while it fails for want of room that releasing a session would
         make, release the least recently used one with nothing in flight (the tenant's for
