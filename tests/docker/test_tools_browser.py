@@ -18,7 +18,6 @@ import base64
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import docker
@@ -37,7 +36,7 @@ from runtime.tools.registry import ToolRegistry
 from runtime.workspace import Workspace
 from tests.docker.sandbox_fixtures import sweep
 from tests.fakes.calls import call
-from tests.fakes.json_api import serving
+from tests.fakes.json_api import QuietHandler, serving
 from tests.fakes.resolver import LoopbackOnlyResolver
 
 pytestmark = pytest.mark.docker
@@ -66,7 +65,7 @@ class Site:
 def site() -> Iterator[Site]:
     state = Site()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             state.hits.append(self.path)
             body, ctype = {
@@ -74,14 +73,7 @@ def site() -> Iterator[Site]:
                 "/app.js": (SCRIPT.encode(), "text/javascript"),
                 "/pixel.png": (PIXEL, "image/png"),
             }.get(self.path, (b"no such page", "text/plain"))
-            self.send_response(200 if body != b"no such page" else 404)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.send(200 if body != b"no such page" else 404, body, ctype)
 
     with serving(Handler) as port:
         state.port = port

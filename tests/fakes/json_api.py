@@ -13,6 +13,20 @@ from typing import Any
 Answer = Callable[[BaseHTTPRequestHandler], tuple[int, Any]]
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test site's handler: ``send(status, body, content_type)``, no access log."""
+
+    def send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @contextmanager
 def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     """A threaded HTTP server on 127.0.0.1 with ``handler`` until the block ends; yields
@@ -30,18 +44,10 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
 def json_api(answer: Answer) -> Iterator[int]:
     """Serve until the block ends; yields the port."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             status, value = answer(self)
-            body = json.dumps(value).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
+            self.send(status, json.dumps(value).encode(), "application/json")
 
     with serving(Handler) as port:
         yield port
