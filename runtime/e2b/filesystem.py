@@ -18,10 +18,10 @@ from connectrpc.request import RequestContext
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
 from runtime.e2b.auth import sandbox_caller
-from runtime.e2b.envd import filesystem_pb as pb
-from runtime.e2b.envd.filesystem_connect import FilesystemASGIApplication
 from runtime.e2b.errors import connect_error
 from runtime.e2b.files import Entry, SandboxFiles
+from runtime.e2b.vendor.envd import filesystem_pb as pb
+from runtime.e2b.vendor.envd.filesystem_connect import FilesystemASGIApplication
 from runtime.errors import NaviError
 from runtime.logging import get_logger
 

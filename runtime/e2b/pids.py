@@ -20,7 +20,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from protobuf import Oneof
 
-from runtime.e2b.envd import process_pb as pb
+from runtime.e2b.vendor.envd import process_pb as pb
 from runtime.store import Store
 
 FIRST_PID = 1001

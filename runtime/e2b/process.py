@@ -27,11 +27,11 @@ from protobuf import Oneof
 
 from runtime.e2b.auth import SandboxCaller, sandbox_caller
 from runtime.e2b.bounds import MAX_ENVS, check_map
-from runtime.e2b.envd import process_pb as pb
-from runtime.e2b.envd.process_connect import ProcessASGIApplication
 from runtime.e2b.errors import connect_error
 from runtime.e2b.home import navi_cwd
 from runtime.e2b.pids import PidTable, Started
+from runtime.e2b.vendor.envd import process_pb as pb
+from runtime.e2b.vendor.envd.process_connect import ProcessASGIApplication
 from runtime.errors import NaviError
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.e2b.envd import process_pb as pb
 from runtime.e2b.home import navi_cwd
 from runtime.e2b.paths import resolve, shown
 from runtime.e2b.pids import PidTable, Started
 from runtime.e2b.process import command_of
 from runtime.e2b.store import SandboxRecord, SandboxStore
 from runtime.e2b.uploads import MAX_PARTS, parts
+from runtime.e2b.vendor.envd import process_pb as pb
 from runtime.errors import InvalidInput, InvalidPath, NotFound
 from runtime.store import Store
 
