@@ -44,16 +44,18 @@ from bench.exec_bench import COMMAND, RESULTS_DIR, Paths, _sweep
 from bench.runc_bundle import Bundle
 from runtime.config import Settings
 from runtime.logging import configure_logging
+from runtime.sandbox.docker.backend import DockerBackend
 
 PATHS = {  # name → (tier, how a call runs)
     "docker_run_rm": ("runc", "docker"),
     "cold": ("runc", "cold"),
     "warm": ("runc", "warm"),
+    "warm_exit": ("runc", "warm"),  # the used runner exits by itself, removed once stopped
     "gvisor_cold": ("gvisor", "cold"),
     "gvisor_warm": ("gvisor", "warm"),
     "runc_direct": ("runc", "direct"),
 }
-DEFAULT_PATHS = [name for name in PATHS if name != "runc_direct"]
+DEFAULT_PATHS = [name for name in PATHS if name not in ("runc_direct", "warm_exit")]
 ENGINE = ("dockerd", "containerd", "shim_bootstrap", "shim", "runc")
 COMPONENTS = (*ENGINE, "container", "supervisor")
 SETTLE_S = 0.2  # after the last container is gone: the daemons' trailing bookkeeping
@@ -129,6 +131,9 @@ class PathRun:
         at = argv.index(image)
         self.paths.naive = [*argv[:at], "--cgroup-parent", self.cgroup, *argv[at:]]
         self.served_warm = 0
+        if name == "warm_exit":
+            config = self.paths.warm_backend.config.model_copy(update={"warm_linger": False})
+            self.paths.warm_backend = DockerBackend(config)
         self.bundle: Bundle | None = None
         if self.kind == "direct":
             self.bundle = Bundle(image, self.paths.workspace("s"), self.cgroup,
@@ -187,7 +192,7 @@ class PathRun:
         end = snapshot(tracker, daemons, self.cgroup)
         # under gVisor the sandbox is no idle tini: its teardown after the kill reaches the shim
         # too, so its samples would count it twice; the cgroup gives runsc a lower bound there
-        removed_running = self.kind == "warm" and self.tier == "runc"
+        removed_running = self.name == "warm"  # runc; warm_exit's runner exits by itself
         out = breakdown(tracker, begin, end, calls, cores, removed_running,
                         direct=self.bundle is not None)
         out["runc_from"] = "sampled_inits" if removed_running else "container_cgroup"

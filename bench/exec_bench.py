@@ -27,7 +27,9 @@ machine's load then hits both alike; ``host.loadavg_*`` says what it was).
 
 Sequential latency interleaves naive, cold, warm and ttfc (A, B, C, D, A, …) so drift on a shared
 machine hits them alike. Throughput: C clients (2, 4), each its own session, calling back to
-back. Memory: K idle warm containers, each measured from its memory cgroup and /proc.
+back: ``warm`` (the session pool), ``pooled`` (the tenant pool) and ``pooled_exit`` (the
+tenant pool, its used runners exiting by themselves instead of lingering until removed).
+Memory: K idle warm containers, each measured from its memory cgroup and /proc.
 Results: ``bench/results/exec-<utc>.json`` and a latency chart ``exec-<utc>.png``.
 """
 
@@ -122,6 +124,9 @@ async def _throughput(call: Callable[[int], Awaitable[object]], runs: int, clien
     return round((runs // clients) * clients / (time.perf_counter() - started), 2)
 
 
+SESSION_LETTER = {"warm": "w", "pooled": "p", "pooled_exit": "x"}  # throughput's sessions
+
+
 class Paths:
     """The three in-process paths, sharing one data dir and one instance label."""
 
@@ -142,6 +147,10 @@ class Paths:
         )
         self.pooled_backend = DockerBackend(config.model_copy(
             update={"warm": WarmPoolConfig(size=1, idle_s=120, late_bind=True)}))
+        # the same, its used runners exiting by themselves (removed once stopped), not
+        # lingering until removed: throughput only
+        self.pooled_exit_backend = DockerBackend(self.pooled_backend.config.model_copy(
+            update={"warm_linger": False}))
         self.naive = naive_argv(image, self.workspace("naive"), self.instance_id, runtime)
 
     def workspace(self, name: str) -> Path:
@@ -188,6 +197,7 @@ class Paths:
         await self.cold_backend.close()
         await self.warm_backend.close()
         await self.pooled_backend.close()
+        await self.pooled_exit_backend.close()
         return []
 
 
@@ -203,6 +213,7 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
         await paths.cold_backend.start()
         await paths.warm_backend.start()
         await paths.pooled_backend.start()
+        await paths.pooled_exit_backend.start()
         await paths.call(paths.cold_backend, "cold")  # warm-up: engine caches, connections
         await paths.call(paths.warm_backend, "warm")  # the first call of a session is cold
         await paths.first_call()  # the tenant's first call ever is cold
@@ -242,15 +253,20 @@ async def run_bench(image: str, runs: int, api: bool = True, runtime: str = "run
             def pooled(i: int, c: int = clients) -> Awaitable[bool]:
                 return paths.call(paths.pooled_backend, f"tp{c}-{i}", tmp=True)
 
+            def pooled_exit(i: int, c: int = clients) -> Awaitable[bool]:
+                return paths.call(paths.pooled_exit_backend, f"tx{c}-{i}", tmp=True)
+
             rates = {"docker_run_rm": await _throughput(lambda i: paths.docker_run(), runs,
                                                         clients),
                      "cold": await _throughput(cold, runs, clients)}
             for name, backend, calls in (("warm", paths.warm_backend, warm),
-                                         ("pooled", paths.pooled_backend, pooled)):
+                                         ("pooled", paths.pooled_backend, pooled),
+                                         ("pooled_exit", paths.pooled_exit_backend,
+                                          pooled_exit)):
                 before = Counter(backend.warm.stats)
                 rates[name] = await _throughput(calls, runs, clients)
                 for i in range(clients):  # a session pool's surplus is discarded here
-                    await backend.release_session(f"t{name[0]}{clients}-{i}")
+                    await backend.release_session(f"t{SESSION_LETTER[name]}{clients}-{i}")
                 used = Counter(backend.warm.stats) - before
                 used["surplus_discarded"] = max(0, used["launched"] - used["taken"]
                                                 - used["waited"] - backend.warm.ready_count())

@@ -297,7 +297,8 @@ class DockerBackend(ContainerShapes):
         linger where its exit state needs no engine call: the cgroup's OOM counter is read)."""
         started = None
         if warm is not None:
-            linger = oom_kills(container, self._cgroup_parent(request.tenant)) is not None
+            linger = self.config.warm_linger and \
+                oom_kills(container, self._cgroup_parent(request.tenant)) is not None
             started = start_warm(warm, request, linger=linger)
         if before_start is not None:
             if started is not None and isinstance(before_start, StartGate):

@@ -41,6 +41,8 @@ class DockerBackendConfig(BaseModel):
     engine_runtimes: dict[str, str] = Field(
         default_factory=lambda: {"runc": "runc", "gvisor": "runsc"})
     tenant_cgroups: bool = Field(True, description="a cgroup parent per tenant (fair CPU)")
+    warm_linger: bool = Field(True, description="a used warm runner waits to be removed "
+                              "(False: it exits after its job, removed once stopped)")
 
     @property
     def artifacts_dir(self) -> Path:
