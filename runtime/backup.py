@@ -61,6 +61,7 @@ from runtime.audit.verify import verify_store
 from runtime.backup_disks import (
     DiskReport,
     FromNodes,
+    ToNodes,
     backup_disks,
     check_disks,
     disk_targets,
@@ -284,7 +285,8 @@ def read_manifest(backup_dir: Path) -> BackupManifest:
     return manifest
 
 
-def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False) -> RestoreReport:
+def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False,
+                     nodes: ToNodes | None = None) -> RestoreReport:
     """Put the backup ``backup_dir`` in place in ``data_dir`` (see the module doc)."""
     started = time.monotonic()
     backup_dir, data_dir = backup_dir.absolute(), data_dir.absolute()
@@ -313,7 +315,8 @@ def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False) -
         for item in manifest.files:
             if item.path not in side:
                 _place(backup_dir, data_dir, item)
-        restore_disks(backup_dir, data_dir, manifest.disks.disks, manifest.disks.side_files)
+        restore_disks(backup_dir, data_dir, manifest.disks.disks, manifest.disks.side_files,
+                      nodes)
         fsync_dir(data_dir)
     finally:
         if held is not None:

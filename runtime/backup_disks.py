@@ -109,6 +109,13 @@ class FromNodes(Protocol):
                                              dict[str, Any] | None]] | None: ...
 
 
+class ToNodes(Protocol):
+    """Session disks put back on cluster nodes (``runtime.backup_nodes.NodeDisks``)."""
+
+    def put(self, node_id: str, tenant: str, session: str, kind: Literal["session", "snapshot"],
+            path: Path, meta: dict[str, Any] | None) -> None: ...
+
+
 def backup_disks(data_dir: Path, work: Path, sessions: list[tuple[str, str, str]], *,
                  snapshots: bool = True, nodes: FromNodes | None = None) -> DiskReport:
     """Copy the images of ``sessions`` (and their snapshots) from ``data_dir`` into ``work``;
@@ -285,10 +292,21 @@ def check_disks(backup_dir: Path, disks: list[DiskCopy]) -> str | None:
 
 
 def restore_disks(backup_dir: Path, data_dir: Path, disks: list[DiskCopy],
-                  side_files: list[str]) -> None:
+                  side_files: list[str], nodes: ToNodes | None = None) -> None:
     """Put the images (sparse) and snapshot descriptions in place under ``data_dir``, with
     each session's mount point, as the server lays them out; the server mounts a session's
-    image on its first use."""
+    image on its first use. Those of cluster nodes go back to their nodes (``nodes``)."""
+    if nodes is not None:
+        remote = [d for d in disks if d.node != "local"]
+        for disk in remote:
+            side = disk.path.removesuffix(".img") + ".json"
+            meta = json.loads((backup_dir / side).read_text(encoding="utf-8")) \
+                if disk.kind == "snapshot" else None
+            nodes.put(disk.node, disk.tenant, disk.session, disk.kind, backup_dir / disk.path,
+                      meta)
+        gone = {d.path.removesuffix(".img") + ".json" for d in remote}
+        disks = [d for d in disks if d.node == "local"]
+        side_files = [f for f in side_files if f not in gone]
     for rel in [d.path for d in disks] + side_files:
         target = data_dir / rel
         for folder in reversed(target.relative_to(data_dir).parents[:-1]):

@@ -10,8 +10,9 @@ local session's image has (``workspaces/<tenant>/<session>.img``, snapshots besi
 Nothing the agent sends names a path here: each image's place is computed from the
 session's ids; a snapshot's id and description are checked before they are written.
 
-Restore of these images onto their nodes is not done yet (``navi restore`` puts them into
-the data dir it restores, where a node agent does not look): see docs/cluster.md.
+``navi restore`` with NAVI_CLUSTER set sends them back (``put``): each image's data ranges to
+the agent of the node the manifest names, which puts it in place with the session held
+offline (``runtime.nodes.agent.restore``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,21 @@ class NodeDisks:
         except ValueError as exc:
             raise SandboxError(f"node {node_id} sent a malformed disk stream: {exc}"
                                ) from None
+
+    def put(self, node_id: str, tenant: str, session: str, kind: Literal["session", "snapshot"],
+            path: Path, meta: dict[str, Any] | None) -> None:
+        """`navi restore`: the backup's image at ``path`` put back on the session's node."""
+        from runtime.nodes.control.snapshots import put_image
+        from runtime.nodes.snapshot_wire import RestoreImage
+
+        snap = meta or {}
+        want = RestoreImage(tenant=tenant, session=session, kind=kind,
+                            size=path.stat().st_size,
+                            snapshot=path.name.removesuffix(".img") if kind == "snapshot"
+                            else None, name=snap.get("name"),
+                            created_at=float(snap.get("created_at", 0.0)),
+                            bytes=int(snap.get("bytes", 0)))
+        put_image(self._hop(node_id), want, path)
 
     def close(self) -> None:
         from runtime.cluster import link

@@ -134,10 +134,16 @@ def restore(
 ) -> None:
     """Put a backup in place into an empty or stopped data dir.
 
-    Refused while a server (or `navi exec`) has the data dir's audit log open."""
+    Refused while a server (or `navi exec`) has the data dir's audit log open. With
+    NAVI_CLUSTER set, the disks of sessions on cluster nodes go back to those nodes."""
     target = _data_dir(data_dir)
     try:
-        report = restore_data_dir(directory, target, force=force)
+        nodes = _cluster(directory)  # the backup's token (keys/cluster-token)
+        try:
+            report = restore_data_dir(directory, target, force=force, nodes=nodes)
+        finally:
+            if nodes is not None:
+                nodes.close()
     except NaviError as exc:
         raise _fail(exc.message) from None
     except OSError as exc:

@@ -44,3 +44,21 @@ class DiskBackup(Where):
     """Stream a session's disk image (and its snapshots) for `navi backup`."""
 
     snapshots: bool = True
+
+
+class RestoreImage(Where):
+    """`navi restore`: one image of a backup put back on the node holding the session (its
+    disk, or one of its snapshots with its description); the bytes follow by handle."""
+
+    kind: Literal["session", "snapshot"]
+    size: int = Field(ge=0, le=1 << 44)
+    snapshot: str | None = Field(None, pattern=SNAPSHOT)
+    name: str | None = Field(None, max_length=200)
+    created_at: float = 0.0
+    bytes: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _named(self) -> RestoreImage:
+        if (self.kind == "snapshot") != (self.snapshot is not None):
+            raise ValueError("a snapshot's image names its snapshot, a disk's none")
+        return self

@@ -152,6 +152,14 @@ def test_a_fork_of_a_node_session_has_its_files_on_the_same_node(plane: Plane) -
                      (from_snap["id"], f"from {s} snapshot {snap['id']}")]
 
 
+def navi_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`navi backup|restore ...` as an operator runs it on a cluster (NAVI_CLUSTER set)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**env, "NAVI_CLUSTER": cluster.address})
+
+
 def debugfs_cat(image: Path, path: str) -> bytes:
     done = subprocess.run(["debugfs", "-R", f"cat {path}", str(image)], capture_output=True,
                           timeout=60)
@@ -170,12 +178,9 @@ def test_navi_backup_holds_the_files_of_sessions_on_nodes(
         put(plane, s["id"], "kept/in-backup.txt", f"file {n} of {s['id']}".encode())
     snap = snapshot(plane, sessions[0]["id"], "kept")
     dest = tmp_path / "backup"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     t0 = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "backup", str(dest), "--json",
-         "--data-dir", str(plane.server.data_dir)], cwd=ROOT, capture_output=True, text=True,
-        timeout=300, env={**env, "NAVI_CLUSTER": cluster.address})
+    done = navi_cli(cluster, "backup", str(dest), "--json", "--data-dir",
+                    str(plane.server.data_dir))
     took = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = json.loads(done.stdout.strip().splitlines()[-1])
@@ -195,3 +200,29 @@ def test_navi_backup_holds_the_files_of_sessions_on_nodes(
         f"{snap['id']}.img"]
     assert not [k for k in manifest["disks"]["skipped"] if k["reason"] == "other_node"]
     assert manifest["verified"]["ok"]
+
+
+def test_navi_restore_puts_a_node_sessions_disk_back_on_its_node(
+    plane: Plane, cluster: Cluster, tmp_path: Path
+) -> None:
+    session = node_session(plane)
+    s = session["id"]
+    put(plane, s, "kept.txt", b"as in the backup")
+    snap = snapshot(plane, s, "kept")
+    done = navi_cli(cluster, "backup", str(tmp_path / "backup"), "--json", "--data-dir",
+                    str(plane.server.data_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    put(plane, s, "kept.txt", b"changed after the backup")
+    put(plane, s, "later.txt", b"made after the backup")
+    with client(plane) as c:
+        assert c.delete(f"/v1/sessions/{s}/snapshots/{snap['id']}").status_code == 204
+    # a restore into a new data dir (the control plane's own state is not under test here);
+    # the node disks go back to their nodes, under the running control plane's sessions
+    done = navi_cli(cluster, "restore", str(tmp_path / "backup"), "--json", "--data-dir",
+                    str(tmp_path / "restored"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert read(plane, s, "kept.txt") == b"as in the backup"
+    with client(plane) as c:
+        assert c.get(f"/v1/sessions/{s}/files/later.txt").status_code == 404
+        assert [x["id"] for x in c.get(f"/v1/sessions/{s}/snapshots").json()] == [snap["id"]]
+    assert not list((tmp_path / "restored" / "workspaces").rglob(f"{s}.img"))  # not here

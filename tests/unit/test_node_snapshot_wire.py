@@ -11,7 +11,7 @@ import pytest
 from runtime.backup_disks import backup_disks
 from runtime.backup_nodes import write_images
 from runtime.errors import InvalidInput, NodeUnavailable
-from runtime.nodes.snapshot_wire import SnapshotOp
+from runtime.nodes.snapshot_wire import RestoreImage, SnapshotOp
 from runtime.nodes.wire import parsed
 from runtime.workspace.image_copy import image_of
 
@@ -109,3 +109,15 @@ def test_without_the_cluster_a_node_session_is_listed_as_not_copied(tmp_path: Pa
     work.mkdir()
     report = backup_disks(tmp_path / "data", work, [(T, S, "n2")])
     assert [(k.session, k.reason) for k in report.skipped] == [(S, "other_node")]
+
+
+@pytest.mark.parametrize("fields", [
+    {"kind": "snapshot", "size": 1},  # no snapshot id
+    {"kind": "session", "size": 1, "snapshot": SNAP},
+    {"kind": "snapshot", "size": 1, "snapshot": "../sn_0123456789abcdef"},
+    {"kind": "session", "size": -1},
+    {"kind": "session", "size": 1, "path": "/etc/shadow"},
+], ids=["snapshot-unnamed", "disk-named", "snapshot-path", "negative", "a-path"])
+def test_a_restore_names_its_image_by_ids_only(fields: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        parsed(RestoreImage, op(**fields))

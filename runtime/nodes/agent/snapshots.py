@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runtime.backup_disks import data_ranges
+from runtime.nodes.agent.restore import NodeRestores
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.snapshot_wire import DiskBackup, SnapshotOp
 from runtime.nodes.wire import parsed
@@ -149,6 +150,7 @@ class SnapshotMethods:
     workspaces: Workspaces
     settings: Settings
     _snaps: NodeSnapshots | None = None
+    _restores: NodeRestores | None = None
 
     async def ready(self) -> dict[str, str]:
         raise NotImplementedError
@@ -161,6 +163,22 @@ class SnapshotMethods:
         if self._snaps is None:
             self._snaps = NodeSnapshots(self.workspaces, self.settings.data_dir / "scratch")
         return self._snaps
+
+    @property
+    def restores(self) -> NodeRestores:
+        if self._restores is None:
+            self._restores = NodeRestores(self.workspaces)
+        return self._restores
+
+    async def restore_open(self, payload: bytes) -> Any:
+        """`navi restore`: a handle to send one image of a backup to (`NodeRestores`)."""
+        return await self._call(self.restores.open, payload)
+
+    async def restore_write(self, handle: str, offset: int, data: bytes) -> Any:
+        return await self._call(self.restores.write, handle, offset, data)
+
+    async def restore_end(self, handle: str, commit: bool) -> Any:
+        return await self._call(self.restores.end, handle, commit)
 
     async def snapshots(self, payload: bytes) -> Any:
         """A snapshot or fork operation (`runtime.nodes.snapshot_wire.SnapshotOp`)."""

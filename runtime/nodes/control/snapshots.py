@@ -5,20 +5,26 @@
 call whose request is the JSON of `runtime.nodes.snapshot_wire.SnapshotOp`: the session and
 the snapshot named, the node resolving them (`runtime.nodes.agent.snapshots`). A snapshot
 copy can take seconds on a loaded node: the hop waits `SNAPSHOT_TIMEOUT_S`.
-`disk_stream` reads a session's disk images from its agent for `navi backup`.
+`disk_stream` reads a session's disk images from its agent for `navi backup`, `put_image`
+sends one back for `navi restore`.
 Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from runtime.backup_disks import data_ranges
 from runtime.nodes.control.hop import Hop, wire
-from runtime.nodes.snapshot_wire import DiskBackup, SnapshotOp
+from runtime.nodes.snapshot_wire import DiskBackup, RestoreImage, SnapshotOp
+from runtime.nodes.wire import CHUNK
 from runtime.workspace.snapshots import Snapshot
 
 STREAM_AHEAD = 8  # backup chunks (1 MiB each) the agent may run ahead of the writer
@@ -77,3 +83,28 @@ def disk_stream(hop: Hop, tenant_id: str, session_id: str, *, snapshots: bool = 
         if not done:
             with contextlib.suppress(Exception):
                 ray.cancel(stream)
+
+
+def put_image(hop: Hop, want: RestoreImage, path: Path) -> None:
+    """Send a backup's image (its data ranges, `WRITE_AHEAD` chunks in flight) to the
+    node's `restore_*` methods; placed there on commit, dropped on any error."""
+    handle = hop.call("restore_open", wire(want))
+    flying: deque[Any] = deque()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            for start, end in data_ranges(fd, want.size):
+                for offset in range(start, end, CHUNK):
+                    data = os.pread(fd, min(CHUNK, end - offset), offset)
+                    flying.append(hop.actor.restore_write.remote(handle, offset, data))
+                    while len(flying) > STREAM_AHEAD:
+                        hop.get(flying.popleft())
+        finally:
+            os.close(fd)
+        while flying:
+            hop.get(flying.popleft())
+    except BaseException:
+        with contextlib.suppress(Exception):
+            hop.call("restore_end", handle, False)
+        raise
+    hop.call("restore_end", handle, True)
