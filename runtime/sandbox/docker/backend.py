@@ -275,11 +275,13 @@ class DockerBackend(ContainerShapes):
     async def prefill(self, request: ExecRequest) -> bool:
         """Start filling the tenant's pool for calls like ``request`` (a new session's first
         call, before it is made): True when launches were asked for. Never blocks on the
-        engine (the launches run in the background), within ``per_tenant`` and ``total``."""
-        await self.start()
+        engine (the launches run in the background), within ``per_tenant`` and ``total``.
+        A backend not started (or closed) warms nothing: a prefill never reconnects one that
+        is being shut down."""
         root = self.launcher.bind_root
-        if (not self.warm.enabled or root is None or not root.opened or request.env
-                or request.network == "egress" or request.workspace is None):
+        if (not self.engine.connected or not self.warm.enabled or root is None
+                or not root.opened or request.env or request.network == "egress"
+                or request.workspace is None):
             return False
         image_id = await self.engine.image_id_of(request.image)
         template = pooled_template(self._spec(request, image_id), request.workdir)
