@@ -20,7 +20,7 @@ from runtime.sandbox.docker.late_bind import BindRoot
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPoolConfig
 from runtime.sandbox.models import ExecRequest, Limits
 from tests.docker.sandbox_fixtures import SANDBOX_UID, started_backend
-from tests.docker.warm_fixtures import wait_ready
+from tests.docker.warm_fixtures import gone, wait_ready
 
 pytestmark = pytest.mark.docker
 
@@ -81,15 +81,6 @@ def seen_inside(api: docker.APIClient, container: str) -> dict[str, list[str]]:
 def host_mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         return [line.split()[4] for line in fh if line.split()[4].startswith(str(path))]
-
-
-async def gone(api: docker.APIClient, container: str, within_s: float = 10) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if not api.containers(all=True, filters={"id": container}):
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_a_pooled_container_holds_exactly_one_sessions_files_in_its_life(

@@ -21,7 +21,7 @@ from runtime.sandbox.docker.spec import LABEL_LEASE
 from runtime.sandbox.docker.warm_pool import WarmPoolConfig
 from runtime.sandbox.models import Limits, OutputChunk
 from tests.docker.sandbox_fixtures import RunFn, py, sweep
-from tests.docker.warm_fixtures import wait_ready
+from tests.docker.warm_fixtures import gone, wait_ready
 
 pytestmark = pytest.mark.docker
 
@@ -33,15 +33,6 @@ def backend_config(backend_config: DockerBackendConfig) -> DockerBackendConfig:
 
 def session_containers(api: docker.APIClient, session: str) -> list[dict]:
     return api.containers(all=True, filters={"label": f"navi.session={session}"})
-
-
-async def gone(api: docker.APIClient, container: str, within_s: float = 5) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if not api.containers(all=True, filters={"id": container}):
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 def ready_ids(backend: DockerBackend) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import docker
+
 from runtime.sandbox.docker.backend import DockerBackend
 
 
@@ -15,3 +17,13 @@ async def wait_ready(backend: DockerBackend, session: str, count: int = 1) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"no warm container became ready: {dict(backend.warm.stats)}")
         await asyncio.sleep(0.02)
+
+
+async def gone(api: docker.APIClient, container: str, within_s: float = 10) -> bool:
+    """Whether the container is removed from the engine within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not api.containers(all=True, filters={"id": container}):
+            return True
+        await asyncio.sleep(0.05)
+    return False
