@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +72,21 @@ class Rig:
         return f"http://127.0.0.1:{self.ports.origin.port}"
 
 
+def kill_relays(under: Path) -> None:
+    """The relays started from ``under`` (detached: gone with a container in production,
+    left running on the host here)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"/navi-ports") and str(under).encode() in a for a in argv):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
 def host_of(url: str) -> str:
     return httpx.URL(url).netloc.decode()
 
@@ -92,6 +109,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         for proc in rig.procs:
             proc.kill()
             proc.wait()
+        kill_relays(tmp_path)
         await ports.close()
 
 
