@@ -105,11 +105,11 @@ def test_readme_tour_runs_as_written(make_run: Path) -> None:
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    # 2. the upload's listing entry, then 3. the exec answer (curl adds no newlines)
+    # 2. the upload's listing entry, then 3. the exec answer (each on its own line)
     decoder = json.JSONDecoder()
     upload, end = decoder.raw_decode(out)
     assert upload["path"] == "numbers.txt" and upload["size"] == 6, upload
-    exec_result, _ = decoder.raw_decode(out, end)
+    exec_result, _ = decoder.raw_decode(out[end:].lstrip())
     assert exec_result["ok"] is True and exec_result["stdout"] == "12\n", exec_result
     # 4. streamed: each step arrives as an exec_output event, then the result
     assert all(f"step {i}" in out for i in (1, 2, 3)), out
