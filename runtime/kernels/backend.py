@@ -81,6 +81,7 @@ class KernelBackend:
         self.docker = docker
         self.lease = lease
         self.live: dict[Key, LiveKernel] = {}
+        self.stopping: dict[int, LiveKernel] = {}  # id -> a kernel whose container goes
         self.runs: dict[str, KernelRun] = {}
         self._stops: dict[str, asyncio.Event] = {}  # exec_id -> interrupt now
         self._starting: dict[Key, asyncio.Lock] = {}
@@ -120,13 +121,16 @@ class KernelBackend:
     # -- kernels ---------------------------------------------------------------------------
 
     async def stop(self, kernel: LiveKernel) -> None:
-        """Kill its container and give the session's lease back."""
+        """Kill its container and give the session's lease back. Until both are done it
+        is in ``stopping`` (listed running, its session in use: its disk is still held)."""
         if self.live.get(kernel.key) is kernel:
             del self.live[kernel.key]
+        self.stopping[id(kernel)] = kernel
         try:
             await kernel.container.kill()
         finally:
             kernel.release()
+            self.stopping.pop(id(kernel), None)
 
     async def end_session(self, session: str) -> None:
         for kernel in [k for k in self.live.values() if k.session == session]:

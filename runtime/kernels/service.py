@@ -226,7 +226,9 @@ class KernelService:
     # -- helpers ---------------------------------------------------------------------------
 
     def _of(self, session: str) -> builtins.list[LiveKernel]:
-        return [k for k in self.backend.live.values() if k.session == session]
+        """The session's kernels with a container: running, or being stopped."""
+        return [k for k in (*self.backend.live.values(), *self.backend.stopping.values())
+                if k.session == session]
 
     async def _on_disk(self, subject: Subject, read: Callable[[Path], T]) -> T:
         """`read(session_dir)` off the loop, the session's disk held meanwhile."""
