@@ -84,7 +84,7 @@ async def _navi_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(status, exc.code, exc.message, **_json_safe(exc.details))
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     problems = [
         {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))}
@@ -92,7 +92,15 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     ]
     loc, msg = (problems[0]["loc"], problems[0]["msg"]) if problems else ([], "invalid request")
     message = f"{'.'.join(loc)}: {msg}" if loc else str(msg)
+    if loc == ["body"] and not _is_json(request.headers.get("content-type", "")):
+        # e.g. `curl -d '{...}'` without -H: curl sends form data, the JSON body goes unread
+        message += " (send the body as JSON, with the header Content-Type: application/json)"
     return error_response(422, "invalid_request", message, problems=problems)
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
