@@ -56,3 +56,11 @@ def test_kernel_figures_and_tables_show_inline(page, server: Server, tenant: Ten
     assert html.locator("img, script, a[href], [onerror]").count() == 0
     page.wait_for_timeout(300)
     assert page.evaluate("window.pwned") is None
+
+    run_code(page, "1/0", tool="kernel")
+    failed = last_card(page)
+    wait_finished(failed, timeout_ms=60_000)
+    failed.locator(".kernel-traceback").wait_for()
+    assert failed.inner_text().count("Traceback (most recent call last)") == 1  # shown once
+    # the error, without the rule that allowed the call (it ran: no policy refused it)
+    assert failed.locator(".card-error").inner_text() == "ZeroDivisionError: division by zero"

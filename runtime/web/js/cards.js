@@ -115,11 +115,14 @@ export class ToolCard {
       this.el.dataset.execId = result.exec_id;
     }
     const hasExit = Object.hasOwn(result, "exit_code") && result.exit_code !== undefined;
+    const kernel = result.kernel || result.metadata?.kernel;
+    // kernel_exec: its traceback is shown by renderKernelResults (below), not twice
+    const kernelTraceback = Boolean(kernel?.error?.traceback?.length);
     if (this.shown === 0) {
       // Nothing streamed (not a program, or the live events were missed): show the result.
       if (result.stdout) this.appendOutput("stdout", result.stdout);
       if (result.stderr) this.appendOutput("stderr", result.stderr);
-      if (!result.stdout && !result.stderr && result.output) {
+      if (!result.stdout && !result.stderr && result.output && !kernelTraceback) {
         this.appendOutput("stdout", result.output);
       }
       this.fromResult = this.shown > 0;
@@ -140,14 +143,16 @@ export class ToolCard {
     }
     const error = result.error || (result.code && result.message) || null;
     if (error && !ok) {
-      const rule = result.rule ? ` (rule ${result.rule})` : "";
+      // the rule of a call that ran is the one that allowed it: no part of its error
+      const ran = hasExit && result.exit_code !== null;
+      const rule = result.rule && !ran ? ` (rule ${result.rule})` : "";
       this.error.textContent = `${error}${rule}`;
       this.error.hidden = false;
     }
     this.renderFooter(result);
     renderLinks(this.images, result); // share_file's link, content_publish's view
     // kernel_exec: figures, tables (the event's `kernel`, or the exec answer's metadata)
-    renderKernelResults(this.images, result.kernel || result.metadata?.kernel);
+    renderKernelResults(this.images, kernel);
     this.showImages(result, endTs);
   }
 
