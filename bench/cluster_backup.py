@@ -19,14 +19,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from runtime.config import PROJECT_ROOT
 
-if TYPE_CHECKING:
-    from bench.cluster_bench import Server
+
+class Server(Protocol):
+    """What this bench needs of the cluster bench's server (bench.cluster_bench.Server)."""
+
+    url: str
+    token: str
+
+    async def ready(self) -> None: ...
+
+    async def session(self) -> tuple[str, str]: ...
 
 
 async def _fill(server: Server, sessions: int, mib: int) -> list[tuple[str, str]]:

@@ -7,8 +7,9 @@ verify, 2 refused or failed (nothing written to DIR, or for restore nothing repl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -40,6 +41,24 @@ def _cluster(data_dir: Path) -> NodeDisks | None:
     from runtime.cluster.link import token_file
 
     return NodeDisks(address, token_file(data_dir))
+
+
+T = TypeVar("T")
+
+
+def _with_nodes(token_dir: Path, verb: str, work: Callable[[NodeDisks | None], T]) -> T:
+    """`work` with the cluster's node disks (None without a cluster); errors become exit 2."""
+    try:
+        nodes = _cluster(token_dir)
+        try:
+            return work(nodes)
+        finally:
+            if nodes is not None:
+                nodes.close()
+    except NaviError as exc:
+        raise _fail(exc.message) from None
+    except OSError as exc:
+        raise _fail(f"{verb} failed: {exc}") from None
 
 
 def _fail(message: str) -> typer.Exit:
@@ -90,17 +109,8 @@ def backup(
     copied (sparse); the audit mirror cut to the copied chain. With NAVI_CLUSTER set, the
     disks of sessions on cluster nodes are streamed from their node agents."""
     source = _data_dir(data_dir)
-    try:
-        nodes = _cluster(source)
-        try:
-            manifest = backup_data_dir(source, directory, snapshots=snapshots, nodes=nodes)
-        finally:
-            if nodes is not None:
-                nodes.close()
-    except NaviError as exc:
-        raise _fail(exc.message) from None
-    except OSError as exc:
-        raise _fail(f"backup failed: {exc}") from None
+    manifest = _with_nodes(source, "backup", lambda nodes: backup_data_dir(
+        source, directory, snapshots=snapshots, nodes=nodes))
     if as_json:
         typer.echo(manifest.model_dump_json())
     else:
@@ -137,17 +147,8 @@ def restore(
     Refused while a server (or `navi exec`) has the data dir's audit log open. With
     NAVI_CLUSTER set, the disks of sessions on cluster nodes go back to those nodes."""
     target = _data_dir(data_dir)
-    try:
-        nodes = _cluster(directory)  # the backup's token (keys/cluster-token)
-        try:
-            report = restore_data_dir(directory, target, force=force, nodes=nodes)
-        finally:
-            if nodes is not None:
-                nodes.close()
-    except NaviError as exc:
-        raise _fail(exc.message) from None
-    except OSError as exc:
-        raise _fail(f"restore failed: {exc}") from None
+    report = _with_nodes(directory, "restore", lambda nodes: restore_data_dir(  # the backup's
+        directory, target, force=force, nodes=nodes))                          # cluster token
     if as_json:
         typer.echo(report.model_dump_json())
     else:

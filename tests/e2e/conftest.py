@@ -140,3 +140,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("server"))
     yield srv
     stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def account(server: Server) -> tuple[str, str]:
+    """A new tenant of the module's `server` and a user token of it: (tenant id, token)."""
+    return server.tenant_with_user()
+
+
+@pytest.fixture(scope="module")
+def user(account: tuple[str, str]) -> str:
+    return account[1]

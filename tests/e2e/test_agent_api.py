@@ -41,7 +41,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, ollama: FakeOllama,
         "NAVI_OLLAMA_HOST": f"{down_host},{ollama.url}",  # the first host is down: failover
         "NAVI_PROFILES_DIR": str(PROFILES), "NAVI_MODEL": "gemma3:270m",
         "NAVI_APPROVAL_TIMEOUT_S": "3", "NAVI_OPENAI_BASE_URL": "",
-        "NAVI_EMBEDDED_MODEL": "off"})
+        "NAVI_EMBEDDED_MODEL": "off",
+        # the cancel test finds the call's container by its navi.exec_id label; a tenant-pool
+        # container is labelled before any call is known (docs/sandbox.md), so calls run on
+        # the per-session pool here
+        "NAVI_WARM_LATE_BIND": "false"})
     yield srv
     stop_server(srv)
 
@@ -51,16 +55,6 @@ def fresh_script(ollama: FakeOllama) -> Iterator[None]:
     ollama.model.fallback = ollama.model.__class__().fallback
     yield
     assert ollama.model.remaining() == 0, "the scripted turns were not all used"
-
-
-@pytest.fixture(scope="module")
-def account(server: Server) -> tuple[str, str]:
-    return server.tenant_with_user()
-
-
-@pytest.fixture(scope="module")
-def user(account: tuple[str, str]) -> str:
-    return account[1]
 
 
 @pytest.fixture(scope="module")

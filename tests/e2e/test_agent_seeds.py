@@ -69,16 +69,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeOllama) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def account(server: Server) -> tuple[str, str]:
-    return server.tenant_with_user()
-
-
-@pytest.fixture(scope="module")
-def user(account: tuple[str, str]) -> str:
-    return account[1]
-
-
-@pytest.fixture(scope="module")
 def approver(server: Server, account: tuple[str, str]) -> str:
     """Another person of the tenant (a token may not approve its own agent's requests)."""
     return server.token_for(account[0], "user")

@@ -49,11 +49,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
 
 
-@pytest.fixture(scope="module")
-def account(server: Server) -> tuple[str, str]:
-    return server.tenant_with_user()
-
-
 @pytest.fixture
 def navi(server: Server, account: tuple[str, str]) -> Iterator[NaviClient]:
     with NaviClient(server.url, account[1]) as client:
