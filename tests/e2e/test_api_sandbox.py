@@ -243,17 +243,23 @@ def test_quota_burst_gets_429_with_retry_after(ask_server: Server) -> None:
     assert all(r is not None and int(r) >= 1 for r in retry)
 
 
+def _started(srv: Server, token: str, session: str, name: str = "started") -> bool:
+    with srv.client(token) as client:
+        return client.get(f"/v1/sessions/{session}/files/{name}").status_code == 200
+
+
 def test_sigterm_kills_running_execution_and_audits_it(tmp_path: Path) -> None:
     srv = start_server(tmp_path)
     try:
-        _, token = srv.tenant_with_user()
+        tenant, token = srv.tenant_with_user()
         session = _session(srv, token)
         result: dict = {}
 
         def long_call() -> None:
             try:
                 resp = _exec(srv, token, session, "code_exec",
-                             {"language": "python", "code": "import time; time.sleep(60)"})
+                             {"language": "python", "code":
+                              "open('started', 'w').close()\nimport time; time.sleep(60)"})
                 result["status"] = resp.status_code
             except Exception as exc:  # the connection may be cut
                 result["error"] = repr(exc)
@@ -261,17 +267,19 @@ def test_sigterm_kills_running_execution_and_audits_it(tmp_path: Path) -> None:
         thread = threading.Thread(target=long_call)
         thread.start()
         client = docker.from_env()
+        # a call on the tenant's warm pool runs in a container labelled before the call was
+        # known (navi.session=""): the file its code writes first says it runs
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not client.containers.list(
-                filters={"label": f"navi.session={session}"}):
+        while time.monotonic() < deadline and not _started(srv, token, session):
             time.sleep(0.1)
-        assert client.containers.list(filters={"label": f"navi.session={session}"})
+        assert _started(srv, token, session)
+        assert client.containers.list(filters={"label": f"navi.tenant={tenant}"})
         started = time.monotonic()
         srv.process.send_signal(signal.SIGTERM)
         srv.process.wait(timeout=30)
         assert time.monotonic() - started < 15
         thread.join(timeout=30)
-        assert client.containers.list(all=True, filters={"label": f"navi.session={session}"}) == []
+        assert client.containers.list(all=True, filters={"label": f"navi.tenant={tenant}"}) == []
         client.close()
     finally:
         stop_server(srv)

@@ -39,9 +39,10 @@ def run(client: httpx.Client, session: str, command: str) -> httpx.Response:
                        json={"tool": "terminal", "args": {"command": command}}, timeout=120)
 
 
-def running(session: str) -> bool:
-    return bool(subprocess.run(["docker", "ps", "-q", "--filter", f"label=navi.session={session}"],
-                               capture_output=True, text=True, check=False).stdout.split())
+def running(client: httpx.Client, session: str) -> bool:
+    """The call's command has started: it touched `started` first (a call on the tenant's
+    warm pool runs in a container labelled before the call, so labels cannot tell)."""
+    return client.get(f"/v1/sessions/{session}/files/started").status_code == 200
 
 
 def state(client: httpx.Client, session: str) -> str:
@@ -159,9 +160,9 @@ def test_429_only_when_sessions_in_use_hold_the_quota(tmp_path: Path) -> None:
         with srv.client(token) as client:
             two = [client.post("/v1/sessions", json={}).json()["id"] for _ in range(2)]
             with ThreadPoolExecutor(2) as pool:
-                busy = [pool.submit(run, client, s, "sleep 4") for s in two]
+                busy = [pool.submit(run, client, s, "touch started; sleep 4") for s in two]
                 deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not all(running(s) for s in two):
+                while time.monotonic() < deadline and not all(running(client, s) for s in two):
                     time.sleep(0.2)
                 time.sleep(1)
                 resp = client.post("/v1/sessions", json={})
