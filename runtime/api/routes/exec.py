@@ -12,25 +12,19 @@ maps its typed result onto the response.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.sse import EventSourceResponse, format_sse_event
+from fastapi.sse import EventSourceResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
-from runtime.api.errors import status_for
+from runtime.api.exec_sse import execution_frames
 from runtime.api.schemas import ExecBody, ExecOut
 from runtime.api.services import Services
 from runtime.calls import CallRequest, Execution
-from runtime.errors import NaviError
-from runtime.events import ErrorEvent
 from runtime.executor import new_exec_id
 from runtime.policy.decision import Subject
-from runtime.streaming import until_failed
 from runtime.tools import ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["exec"])
@@ -76,46 +70,9 @@ async def exec_tool(
     return EventSourceResponse(_stream(services, subject, body, exec_id))
 
 
-async def _stream(services: Services, subject: Subject, body: ExecBody, exec_id: str
-                  ) -> AsyncIterator[bytes]:
+def _stream(services: Services, subject: Subject, body: ExecBody, exec_id: str
+            ) -> AsyncIterator[bytes]:
     """This execution's events from the session bus, then (on failure) an `error` event."""
-    events = services.hub.bus(subject.session).subscribe()
-    reading = asyncio.ensure_future(anext(events))
-    await asyncio.sleep(0)  # subscribed before the run publishes anything
-    task = asyncio.create_task(_run(services, subject, body, exec_id))
-    try:
-        async with contextlib.aclosing(until_failed(events, task, reading=reading)) as ours:
-            async for event in ours:  # closed at the break: its read of the bus is cancelled
-                if event.exec_id == exec_id:
-                    yield _frame(event.wire, event.id)
-                    if event.type == "tool_result":
-                        break
-        with contextlib.suppress(BaseException):
-            await task
-        exc = task.exception() if task.done() and not task.cancelled() else None
-        if exc is not None:
-            yield _frame(json.dumps(_error_event(exc, exec_id).payload(), separators=(",", ":")),
-                         None)
-    finally:
-        reading.cancel()
-        with contextlib.suppress(Exception):
-            await events.aclose()
-        if not task.done():
-            await services.executor.kill(exec_id, "client disconnected")
-            with contextlib.suppress(BaseException):
-                await task
-
-
-def _error_event(exc: BaseException, exec_id: str) -> ErrorEvent:
-    """The stream's last frame when the call failed (not on the bus: the caller's own)."""
-    if not isinstance(exc, NaviError):
-        return ErrorEvent(exec_id=exec_id, code="internal_error", status=500,
-                          message="internal error")
-    details = {k: v for k, v in exc.details.items()
-               if isinstance(v, str | int | float) and k not in ErrorEvent.model_fields}
-    return ErrorEvent(exec_id=exec_id, code=exc.code, status=status_for(exc),
-                      message=exc.message, **details)
-
-
-def _frame(data: str, event_id: int | None) -> bytes:
-    return format_sse_event(data_str=data, id=None if event_id is None else str(event_id))
+    return execution_frames(services.hub.bus(subject.session), exec_id,
+                            lambda: _run(services, subject, body, exec_id),
+                            services.executor.kill)

@@ -11,17 +11,14 @@ forgets its state (204; 404 when there is none).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response, status
-from fastapi.sse import EventSourceResponse, format_sse_event
+from fastapi.sse import EventSourceResponse
 
 from runtime.api.deps import SessionUser, get_services, owned_session, subject_for
-from runtime.api.routes.exec import _error_event
+from runtime.api.exec_sse import execution_frames
 from runtime.api.services import Services
 from runtime.calls import CallRequest
 from runtime.errors import NotFound
@@ -29,7 +26,6 @@ from runtime.executor import new_exec_id
 from runtime.kernels import KernelExecuteBody, KernelInfo, KernelResult, check_kernel_name
 from runtime.kernels.service import KernelService
 from runtime.policy.decision import Subject
-from runtime.streaming import until_failed
 from runtime.tools import ToolResult
 
 router = APIRouter(prefix="/v1/sessions", tags=["kernels"])
@@ -97,31 +93,10 @@ async def delete_kernel(session_id: str, name: str, request: Request, principal:
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-async def _stream(services: Services, subject: Subject, name: str, body: KernelExecuteBody,
-                  exec_id: str) -> AsyncIterator[bytes]:
-    """This execute's events from the session bus, then (on failure) an `error` event."""
-    events = services.hub.bus(subject.session).subscribe()
-    reading = asyncio.ensure_future(anext(events))
-    await asyncio.sleep(0)  # subscribed before the run publishes anything
-    task = asyncio.create_task(_run(services, subject, name, body, exec_id))
-    try:
-        async with contextlib.aclosing(until_failed(events, task, reading=reading)) as ours:
-            async for event in ours:  # closed at the break: its read of the bus is cancelled
-                if event.exec_id == exec_id:
-                    yield format_sse_event(data_str=event.wire, id=str(event.id))
-                    if event.type == "tool_result":
-                        break
-        with contextlib.suppress(BaseException):
-            await task
-        exc = task.exception() if task.done() and not task.cancelled() else None
-        if exc is not None:
-            payload = _error_event(exc, exec_id).payload()
-            yield format_sse_event(data_str=json.dumps(payload, separators=(",", ":")))
-    finally:
-        reading.cancel()
-        with contextlib.suppress(Exception):
-            await events.aclose()
-        if not task.done():  # the client left: the execute is interrupted, names kept
-            await _kernels(services).executor.kill(exec_id, "client disconnected")
-            with contextlib.suppress(BaseException):
-                await task
+def _stream(services: Services, subject: Subject, name: str, body: KernelExecuteBody,
+            exec_id: str) -> AsyncIterator[bytes]:
+    """This execute's events from the session bus, then (on failure) an `error` event; a
+    client that leaves interrupts the execute (names kept)."""
+    return execution_frames(services.hub.bus(subject.session), exec_id,
+                            lambda: _run(services, subject, name, body, exec_id),
+                            _kernels(services).executor.kill)
