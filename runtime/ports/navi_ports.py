@@ -88,26 +88,30 @@ def relay(listeners: Any, serve: Any, follow: bool = False) -> None:
             return
         await splice(local, back)
 
-    async def control() -> None:
+    async def lines_of(path: str, hello: bytes) -> Any:
+        """The words of each line `path` sends after `hello`; reconnects, backing off."""
         delay = 0.05
         while True:
             try:
-                reader, writer = await asyncio.open_unix_connection(serve)
-                writer.write(b"SERVE\n")
+                reader, writer = await asyncio.open_unix_connection(path)
+                writer.write(hello)
                 await writer.drain()
                 delay = 0.05
                 while True:
                     line = await reader.readline()
                     if not line:
                         break
-                    parts = line.split()
-                    if len(parts) == 3 and parts[0] == b"OPEN" and parts[2].isdigit():
-                        asyncio.ensure_future(opened(parts[1], int(parts[2])))
+                    yield line.split()
                 writer.close()
             except OSError:
                 pass
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    async def control() -> None:
+        async for parts in lines_of(serve, b"SERVE\n"):
+            if len(parts) == 3 and parts[0] == b"OPEN" and parts[2].isdigit():
+                asyncio.ensure_future(opened(parts[1], int(parts[2])))
 
     async def listen(port: int, sock: Any = None) -> Any:
         handler = functools.partial(accepted, port)
@@ -116,34 +120,18 @@ def relay(listeners: Any, serve: Any, follow: bool = False) -> None:
         return await asyncio.start_server(handler, "127.0.0.1", port, reuse_address=True)
 
     async def watch(bound: Any) -> None:
-        delay = 0.05
-        while True:
-            try:
-                reader, writer = await asyncio.open_unix_connection(BROKER)
-                writer.write(b"WATCH\n")
-                await writer.drain()
-                delay = 0.05
-                while True:
-                    line = await reader.readline()
-                    if not line:
-                        break
-                    parts = line.split()
-                    if not parts or parts[0] != b"PORTS":
-                        continue
-                    listed = parts[1].split(b",") if len(parts) > 1 else []
-                    wanted = {int(p) for p in listed if p.isdigit() and 1024 <= int(p) <= 65535}
-                    for port in [p for p in bound if p not in wanted]:
-                        bound.pop(port).close()
-                    for port in sorted(wanted - set(bound)):
-                        try:
-                            bound[port] = await listen(port)
-                        except OSError:  # the program holds that port itself
-                            pass
-                writer.close()
-            except OSError:
-                pass
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        async for parts in lines_of(BROKER, b"WATCH\n"):
+            if not parts or parts[0] != b"PORTS":
+                continue
+            listed = parts[1].split(b",") if len(parts) > 1 else []
+            wanted = {int(p) for p in listed if p.isdigit() and 1024 <= int(p) <= 65535}
+            for port in [p for p in bound if p not in wanted]:
+                bound.pop(port).close()
+            for port in sorted(wanted - set(bound)):
+                try:
+                    bound[port] = await listen(port)
+                except OSError:  # the program holds that port itself
+                    pass
 
     async def main() -> None:
         bound = {}
