@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.wire import ProcessOut
+
 State = Literal["running", "exited"]
 Reason = Literal["exited", "stopped", "lifetime", "session_ended", "interrupted", "oom",
                  "revoked"]
@@ -37,24 +39,11 @@ class StartSpec(BaseModel):
     tool: str = Field("process_start", description="the tool the policy decides")
 
 
-class ProcessInfo(BaseModel):
-    """One process as the API and tools show it (`kind: "command"` for ours)."""
+class ProcessInfo(ProcessOut):
+    """One process as the API and tools show it (`kind: "command"` for ours): the fields of
+    the client's ``ProcessOut`` (one definition of the answer for both sides)."""
 
     model_config = ConfigDict(frozen=True)
-
-    id: str
-    name: str | None
-    command: str
-    cwd: str
-    state: State
-    exit_code: int | None = None
-    reason: str | None = None
-    started_at: float
-    ended_at: float | None = None
-    ports: list[int] = Field(default_factory=list)
-    node: str = "local"
-    runtime: str = "runc"
-    kind: str = "command"
 
 
 class ProcessRecord(ProcessInfo):

@@ -20,9 +20,8 @@ from tests.fakes.script import Call, Reply
 pytestmark = pytest.mark.docker
 
 # the agent tests' server (fake model, harness policy) and helpers
-# the module-scoped fake Ollama (`ollama`) comes from tests/e2e/conftest.py
-account, down_host, fresh_script, server, user = (
-    agent.account, agent.down_host, agent.fresh_script, agent.server, agent.user)
+# the module-scoped fake Ollama (`ollama`), `account` and `user` come from tests/e2e/conftest.py
+down_host, fresh_script, server = agent.down_host, agent.fresh_script, agent.server
 new_session, send, watch = agent.new_session, agent.send, agent.watch
 
 CSV = b"month,sales\n1,10\n2,14\n3,9\n4,21\n5,17\n"
