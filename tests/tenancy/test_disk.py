@@ -216,8 +216,10 @@ def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
         guards = [int(p) for p in subprocess.run(
             ["pgrep", "-P", str(srv.process.pid), "-f", "runtime.workspace.mount_guard"],
             capture_output=True, text=True, check=False).stdout.split()]
-        assert len(guards) == 1
-        os.kill(guards[0], signal.SIGKILL)  # the guard first (ours: the server's child)
+        # the session disks' guard, and the tenant pool's for its bind root (late bind)
+        assert 1 <= len(guards) <= 2
+        for guard in guards:  # the guards first (ours: the server's children)
+            os.kill(guard, signal.SIGKILL)
         srv.process.send_signal(signal.SIGKILL)
         srv.process.wait()
         left = mounts_under(srv.data_dir)
@@ -227,8 +229,15 @@ def test_startup_releases_what_a_killed_instance_left(tmp_path: Path) -> None:
     again = restart(srv, tmp_path)
     try:
         # released at start-up: only the new instance's own root bind mount (once, not
-        # stacked on the old one), no session disk until the session is used
-        assert mounts_under(srv.data_dir) == [str(srv.data_dir / "workspaces")], left
+        # stacked on the old one) and its own tenant-pool bind root (none of the killed
+        # instance's), no session disk until the session is used
+        now = mounts_under(srv.data_dir)
+        bind_root = str(srv.data_dir / "bind") + "/"
+        own_bind = [m for m in now if m.startswith(bind_root)]
+        assert [m for m in now if m not in own_bind] == [str(srv.data_dir / "workspaces")], left
+        assert len(own_bind) <= 1, now
+        assert all("/" not in m[len(bind_root):] for m in own_bind), now  # a root, no slot
+        assert not set(own_bind) & set(left), (own_bind, left)
         with again.client(token) as client:
             assert run(client, session, "cat f")["stdout"] == "kept\n"
     finally:
