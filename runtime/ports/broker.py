@@ -41,6 +41,7 @@ RELAY_WAIT_S = 3.0  # a process that just started: its relay has not connected y
 MAX_LINE = 128
 MAX_CONNECTIONS = 512
 """Connections one session's sockets hold at once (the supervisor's file descriptors)."""
+CLOSE_WAIT_S = 1.0  # for its connections to end when the broker closes
 MAX_WATCHERS = 16  # kernels following the ports (a session runs a few at most)
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -140,6 +141,7 @@ class SessionBroker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._conns: weakref.WeakSet[asyncio.StreamWriter] = weakref.WeakSet()
         self._watchers: set[asyncio.StreamWriter] = set()
+        self._closing = False
 
     async def start(self) -> None:
         self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -244,6 +246,9 @@ class SessionBroker:
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A session container's connection to one of the session's ports."""
+        if self._closing:  # accepted just before the broker closed: its task starts late
+            writer.close()
+            return
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -296,15 +301,26 @@ class SessionBroker:
 
     async def close(self, *, forget: bool = False) -> None:
         """Stop listening; ``forget``: remove the session's directories as well."""
-        for process_id in list(self._served):
-            await self.remove_process(process_id, forget=forget)
-        if self._server is not None:
+        self._closing = True
+        if self._server is not None:  # first: no connection is accepted while we close
             self._server.close()
             self._server = None
-        for task in list(self._tasks):
+        for _ in range(2):  # handlers of connections accepted just now start (and stop)
+            await asyncio.sleep(0)
+        for process_id in list(self._served):
+            await self.remove_process(process_id, forget=forget)
+        tasks, writers = list(self._tasks), list(self._conns)
+        for task in tasks:
             task.cancel()
-        for writer in list(self._conns):
+        for writer in writers:
             writer.close()
+        # ended before the broker is: a transport closed after its loop is gone leaks its fd
+        waits = [*tasks, *(asyncio.ensure_future(w.wait_closed()) for w in writers)]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=CLOSE_WAIT_S)
+            for waiting in late:
+                waiting.cancel()
+        await asyncio.sleep(0)  # transports closed by handlers that ended already finish now
         with contextlib.suppress(FileNotFoundError):
             (self.directory / CONNECT_SOCK).unlink()
         if forget:
