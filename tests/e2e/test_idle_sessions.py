@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runtime.sandbox.instance import load_instance_id
 from runtime.workspace.mount_table import mounts_under
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 
@@ -134,15 +135,14 @@ def test_calls_arriving_as_their_session_is_released(tmp_path: Path) -> None:
         assert mounts_under(srv.data_dir) == [] and loop_devices(srv) == []  # the guard
     finally:
         stop_server(srv)
-        remove_containers(session)  # a warm refill the kill -9 caught half made
+        remove_containers(srv.data_dir)  # a warm refill the kill -9 caught half made
 
 
-def remove_containers(session: str) -> None:
-    """The session's containers a killed server left (the next server on its data dir would
-    reap them; this test starts none)."""
-    if not session:
-        return
-    found = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=navi.session={session}"],
+def remove_containers(data_dir: Path) -> None:
+    """The containers a killed server left (the next server on its data dir would reap them;
+    this test starts none): all of its instance's, pooled ones too (they carry no session)."""
+    instance = load_instance_id(data_dir)
+    found = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=navi.instance={instance}"],
                            capture_output=True, text=True, check=False).stdout.split()
     if found:
         subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
