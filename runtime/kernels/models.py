@@ -8,6 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.errors import InvalidInput
+from runtime.wire import KernelError as KernelError  # the client's: one definition
+from runtime.wire import KernelInfoOut, KernelResultOut
 
 KERNEL_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 DEFAULT_KERNEL = "default"
@@ -18,14 +20,6 @@ def check_kernel_name(name: str) -> str:
     if not isinstance(name, str) or not KERNEL_NAME.fullmatch(name):
         raise InvalidInput("a kernel name is 1 to 32 characters of a-z, 0-9, _ and -")
     return name
-
-
-class KernelError(BaseModel):
-    """What the code raised (the runner bounds it; a line too long ends the kernel)."""
-
-    name: str
-    value: str
-    traceback: list[str] = Field(default_factory=list)
 
 
 class KernelEvent(BaseModel):
@@ -58,33 +52,17 @@ class KernelRun(BaseModel):
     main_result: int | None = None
 
 
-class KernelResult(BaseModel):
-    """The answer of `POST /v1/sessions/{id}/kernels/{name}/execute` (and of the service)."""
+class KernelResult(KernelResultOut):
+    """The answer of `POST /v1/sessions/{id}/kernels/{name}/execute` (and of the service): the
+    client's ``KernelResultOut`` (one definition for both sides) and what stays in-process."""
 
-    ok: bool
-    stdout: str
-    stderr: str
-    results: list[dict[str, str]]
-    error: KernelError | None
-    execution_count: int | None
-    kernel: str
-    restored: list[str]
-    lost: list[str]
-    timed_out: bool = False
-    duration_ms: int
-    exec_id: str
-    audit_seq: int | None
-    node: str = "local"
     main_result: int | None = Field(None, exclude=True, description=(
         "index in `results` of the last expression's value (the others are displays); for "
         "callers in the process (E2B's `Execution.text`), not in the API's answer"))
 
 
-class KernelInfo(BaseModel):
-    name: str
-    state: KernelState
-    started_at: float | None
-    last_used_at: float | None
+class KernelInfo(KernelInfoOut):
+    """A kernel as `GET /v1/sessions/{id}/kernels` lists it (the client's ``KernelInfoOut``)."""
 
 
 class KernelExecuteBody(BaseModel):
