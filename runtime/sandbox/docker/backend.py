@@ -118,6 +118,7 @@ class DockerBackend(ContainerShapes):
             info = await self.engine.call(self.engine.info)
             self._runtimes = frozenset(info.get("Runtimes") or {"runc": {}})
             self._cgroup_driver = str(info.get("CgroupDriver") or "cgroupfs")
+            self._engine_cpus = int(info.get("NCPU") or self._engine_cpus)
             log.info("docker_backend_started", instance=self._instance_id,
                      runtimes=sorted(self._runtimes))
 

@@ -4,7 +4,9 @@ Configuration is not proof: the engine may ignore an option, a kernel may lack a
 profile may not load. So beyond "engine reachable, images present, profile valid", a probe
 container made by the real ``DockerBackend`` reports what the kernel actually enforces
 (``/proc/self/status``, cgroup files, syscalls answered) and each promise is checked against
-it. Any check that cannot run counts as failed.
+it. Any check that cannot run counts as failed, and so does a probe that exits non-zero
+even after printing its report (under gVisor, runsc dies with exit 2 when it cannot start its
+own threads: the report may be out before).
 """
 
 from __future__ import annotations
@@ -110,8 +112,15 @@ def _probe_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
 
 
 GVISOR_PROBE = r"""
-import ctypes, errno, json, os
+import ctypes, errno, json, os, resource, threading
 libc = ctypes.CDLL(None, use_errno=True)
+done = []
+threads = [threading.Thread(target=done.append, args=(i,)) for i in range(8)]
+try:
+    for t in threads: t.start()
+    for t in threads: t.join()
+except RuntimeError:
+    pass
 try:
     open('/var/tmp/navi-doctor', 'w')  # world-writable: only a read-only mount refuses
     root_write = 'written'
@@ -120,7 +129,8 @@ except OSError as e:
 print(json.dumps({'kernel': os.uname().release, 'uid': os.getuid(),
                   'net': sorted(os.listdir('/sys/class/net')), 'root_write': root_write,
                   'nnp': libc.prctl(39, 0, 0, 0, 0), 'ptrace': [libc.ptrace(0, 0, None, None),
-                                                                ctypes.get_errno()]}))
+                                                                ctypes.get_errno()],
+                  'threads': len(done), 'nproc': resource.getrlimit(resource.RLIMIT_NPROC)}))
 """
 
 
@@ -140,6 +150,9 @@ def _gvisor_checks(report: dict[str, object], sandbox_uid: int) -> list[Check]:
         check("no-new-privileges", report["nnp"] == 1, report["nnp"]),
         check("seccomp profile enforced inside (ptrace EPERM)", report["ptrace"] == [-1, 1],
               report["ptrace"]),
+        check("threads start and join (8)", report["threads"] == 8, report["threads"]),
+        check(f"tasks bounded (RLIMIT_NPROC {PROBE_LIMITS.pids})",
+              report["nproc"] == [PROBE_LIMITS.pids] * 2, report["nproc"]),
     ]
 
 
@@ -223,10 +236,12 @@ async def _run_probe(backend: DockerBackend, image: str, code: str, limits: Limi
         return Check(name, False, exc.message)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+    detail = f"exit {result.exit_code}: {result.stderr[-300:].decode(errors='replace')}"
+    if not result.ok:  # a non-zero exit, the deadline or the OOM killer: not a pass
+        return Check(name, False, detail)
     try:
         report = json.loads(result.stdout)
     except ValueError:
-        detail = f"exit {result.exit_code}: {result.stderr[-300:].decode(errors='replace')}"
         return Check(name, False, detail)
     return dict(report)
 

@@ -21,6 +21,7 @@ class ContainerShapes:
     config: DockerBackendConfig
     _seccomp: str
     _cgroup_driver: str
+    _engine_cpus: int = os.cpu_count() or 1  # the engine's, read at start
 
     @property
     def instance_id(self) -> str:
@@ -41,6 +42,7 @@ class ContainerShapes:
             egress_socket=egress,
             engine_runtime=self.config.engine_runtimes[request.limits.runtime],
             cgroup_parent=self._cgroup_parent(request.tenant),
+            engine_cpus=self._engine_cpus,
         )
 
     def _capture(self, request: ExecRequest) -> Capture:

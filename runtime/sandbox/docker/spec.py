@@ -20,6 +20,15 @@ same filesystem and the same uid, so ``noexec`` on one would only send code to t
 (and ``pip install --user`` puts programs in ``~/.local/bin``). Calls without a session
 (web, ssh, MCP listings) keep the tmpfs.
 
+Under gVisor the pids cgroup also holds runsc's own host tasks (the Sentry's Go threads, the
+gofer, a stub process with threads per sandboxed process), while a blocked sandboxed thread
+is a goroutine of the Sentry that the cgroup does not see. So there the cgroup gets
+``gvisor_pids_room`` more than ``limits.pids`` (short of it, runsc cannot start a thread and
+the whole call dies with exit 2), and ``limits.pids`` bounds the program through
+``RLIMIT_NPROC``, which the Sentry counts over the sandbox's own tasks (under runc it would
+count the uid's tasks host-wide: not set).
+The seccomp profile is ``gvisor_profile``'s (clone3, see ``seccomp``).
+
 Egress (``network == "egress"``) never adds a network: only the execution's proxy socket,
 read-only at ``/run/navi/egress.sock``, the proxy environment and the ``navi-egress`` entry.
 """
@@ -37,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from runtime.egress import CONTAINER_SOCKET, container_env
 from runtime.egress import ENTRY as EGRESS_ENTRY
 from runtime.errors import InvalidInput
+from runtime.sandbox.docker.seccomp import gvisor_profile
 from runtime.sandbox.models import ExecRequest, MiB
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -52,6 +62,17 @@ LABEL_TENANT = "navi.tenant"
 LABEL_SESSION = "navi.session"
 LABEL_LEASE = "navi.lease_until"
 LABEL_INSTANCE = "navi.instance"
+
+GVISOR_PIDS_BASE = 96  # the Sentry's and the gofer's threads at rest, with headroom
+GVISOR_PIDS_PER_CPU = 8  # the Go runtime runs more threads on more CPUs
+GVISOR_PIDS_PER_TASK = 7  # a sandboxed process's stub (runsc's ptrace platform): ~6 measured
+
+
+def gvisor_pids_room(engine_cpus: int, pids: int) -> int:
+    """How many more tasks than ``pids`` (``limits.pids``) a gVisor container's pids cgroup
+    allows: runsc's own, and the stubs of as many sandboxed processes as ``pids``."""
+    return GVISOR_PIDS_BASE + GVISOR_PIDS_PER_CPU * max(1, engine_cpus) + (
+        GVISOR_PIDS_PER_TASK * pids)
 
 
 class BindMount(BaseModel):
@@ -85,6 +106,7 @@ class ContainerSpec(BaseModel):
     tmp_bytes: int = Field(gt=0)
     nofile: int = Field(gt=0)
     fsize_bytes: int = Field(gt=0)
+    nproc: int | None = Field(None, gt=0, description="RLIMIT_NPROC (gVisor only: module doc)")
 
     network_mode: Literal["none"] = "none"
     privileged: Literal[False] = False
@@ -142,6 +164,8 @@ class ContainerSpec(BaseModel):
                 Ulimit(name="nofile", soft=self.nofile, hard=self.nofile),
                 Ulimit(name="fsize", soft=self.fsize_bytes, hard=self.fsize_bytes),
                 Ulimit(name="core", soft=0, hard=0),
+                *([] if self.nproc is None else
+                  [Ulimit(name="nproc", soft=self.nproc, hard=self.nproc)]),
             ],
             "init": self.init,
             "runtime": self.runtime,
@@ -302,9 +326,11 @@ def build_spec(
     egress_socket: Path | None = None,
     engine_runtime: str = "runc",
     cgroup_parent: str | None = None,
+    engine_cpus: int = 1,
 ) -> ContainerSpec:
     """``egress_socket``: the execution's proxy socket, required iff ``network == "egress"``;
-    it adds the socket mount, the proxy environment and the ``navi-egress`` entry to argv."""
+    it adds the socket mount, the proxy environment and the ``navi-egress`` entry to argv.
+    ``engine_cpus``: the engine's CPUs (the room runsc's own tasks need grows with them)."""
     limits = request.limits
     argv, env = tuple(request.argv), sandbox_env(request.env)
     mounts = build_mounts(request, workspaces_root)
@@ -313,8 +339,11 @@ def build_spec(
     if egress_socket is not None:
         mounts += (egress_mount(egress_socket, mounts),)
         env, argv = {**env, **container_env()}, (EGRESS_ENTRY, *argv)
+    pids_limit, nproc = limits.pids, None
     if limits.runtime == "gvisor":
         argv = (STDIO_ENTRY, *argv)
+        seccomp_profile = gvisor_profile(seccomp_profile)
+        pids_limit, nproc = limits.pids + gvisor_pids_room(engine_cpus, limits.pids), limits.pids
     return ContainerSpec(
         image=image_id,
         argv=argv,
@@ -325,11 +354,12 @@ def build_spec(
         mounts=mounts,
         seccomp_profile=seccomp_profile,
         memory_bytes=limits.memory_mb * MiB,
-        pids_limit=limits.pids,
+        pids_limit=pids_limit,
         nano_cpus=int(limits.cpus * 1_000_000_000),
         tmp_bytes=limits.tmp_mb * MiB,
         nofile=limits.nofile,
         fsize_bytes=limits.fsize_mb * MiB,
+        nproc=nproc,
         runtime=engine_runtime,
         cgroup_parent=cgroup_parent,
     )
