@@ -52,6 +52,13 @@ class Ends:
             self._containers = ProcessContainers(backend)
         return self._containers
 
+    def _engine(self) -> ProcessContainers:
+        return self.containers
+
+    async def signal(self, live: LiveProcess, signal: str) -> None:
+        """``SIG<signal>`` to its container, on this machine or on its node."""
+        await live.send_signal(self._engine, signal)
+
     def log_path(self, record: ProcessRecord) -> Path:
         return self.table.logs_dir / record.tenant_id / record.session_id / \
             f"{record.id}.log"
@@ -101,15 +108,14 @@ class Ends:
             return
         if live.ending is None:
             live.ending = reason
-        containers = self.containers
         with contextlib.suppress(Exception):
-            await containers.signal(live.container, signal)
+            await self.signal(live, signal)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(live.done), grace_s)
             await asyncio.shield(live.gone)
             return
         with contextlib.suppress(Exception):
-            await containers.signal(live.container, "KILL")
+            await self.signal(live, "KILL")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(live.done), KILL_AFTER_S)
             await asyncio.shield(live.gone)
@@ -135,7 +141,7 @@ class Ends:
         try:
             if live.detached:
                 return
-            state = await self.containers.final_state(live.container) or {}
+            state = await live.exit_state(self._engine) or {}
             code = state.get("ExitCode")
             reason = live.ending or ("oom" if state.get("OOMKilled") else "exited")
             closed = await table.records.close(record.id, exit_code=code, reason=reason,
@@ -153,7 +159,7 @@ class Ends:
                     decision="allow", detail=f"reason {reason}", node=record.node))
             table.services.hub.bus(record.session_id).publish(ProcessExited(
                 process_id=record.id, exit_code=code, reason=reason))
-            await self.containers.remove(live.container)
+            await live.remove_container(self._engine)
         except Exception as exc:
             log.error("process_end_failed", process=record.id, error=str(exc))
         finally:

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from runtime.events import ProcessOutputEvent, SessionEventBus
 from runtime.logging import get_logger
+from runtime.processes.container import ProcessContainers
 from runtime.processes.models import MAX_ANSWER, OutputPiece, ProcessRecord, Stream
 from runtime.processes.outlog import OutputLog, utf8_cut
 from runtime.sandbox.docker import attach
@@ -194,6 +195,19 @@ class LiveProcess:
 
     def close_stream(self) -> None:
         attach.shutdown(self.attached)
+
+    # -- its container (here; a process on a cluster node overrides these: ``on_node.py``) --
+
+    async def send_signal(self, containers: Callable[[], ProcessContainers], signal: str
+                          ) -> None:
+        await containers().signal(self.container, signal)
+
+    async def exit_state(self, containers: Callable[[], ProcessContainers]
+                         ) -> dict[str, Any] | None:
+        return await containers().final_state(self.container)
+
+    async def remove_container(self, containers: Callable[[], ProcessContainers]) -> None:
+        await containers().remove(self.container)
 
     def finish(self) -> None:
         """The process has ended and its record is closed: wake everyone."""

@@ -46,6 +46,7 @@ from runtime.processes.models import (
     WaitResult,
 )
 from runtime.processes.monitor import wait_for
+from runtime.processes.on_node import check_on_node, launch_on_node
 from runtime.processes.records import ProcessStore
 from runtime.processes.table import EndHook, LaunchHook, ProcessTable
 
@@ -88,15 +89,17 @@ class ProcessService:
     async def start(self, subject: Subject, spec: StartSpec, *,
                     token_expires_at: float | None = None,
                     approver: Approver | None = None) -> ProcessInfo:
-        if subject.node != LOCAL:
-            raise Conflict(f"background processes of sessions on cluster node "
-                           f"{subject.node!r} are not supported yet")
-        self.table.docker()  # before anything is decided or recorded
+        if subject.node == LOCAL:
+            self.table.docker()  # before anything is decided or recorded
+        else:
+            self.services.nodes.get(subject.node)  # a node not reached: 503, nothing kept
         cwd, ports = check_cwd(spec.cwd), check_ports(spec.ports)
         if "\x00" in spec.command:
             raise InvalidInput("command contains a NUL byte")
         spec = spec.model_copy(update={"cwd": cwd, "ports": ports})
         decision, limits = await self.admission.decide(subject, spec, approver)
+        if subject.node != LOCAL:  # on a cluster node (``on_node.py``)
+            check_on_node(subject, spec, decision)
         process_id = PREFIX + secrets.token_hex(8)
         await self.admission.hold(subject, spec, limits, process_id)
         try:
@@ -127,8 +130,9 @@ class ProcessService:
         try:
             await self._audit_start(subject, spec, decision, record, limits.processes
                                     .max_lifetime_s)
-            live = await launch(self.table, self.ends, subject, spec, decision, record,
-                                lifetime_s=limits.processes.max_lifetime_s)
+            how = launch if subject.node == LOCAL else launch_on_node
+            live = await how(self.table, self.ends, subject, spec, decision, record,
+                             lifetime_s=limits.processes.max_lifetime_s)
         except BaseException as exc:
             await self.records.close(process_id, exit_code=None, reason="interrupted",
                                      output_bytes=0)
@@ -263,7 +267,7 @@ class ProcessService:
         record = await self.record(subject, process_id)
         live = self._running(record)
         await self._audit_signal(subject, record, signal)
-        await self.ends.containers.signal(live.container, signal)
+        await self.ends.signal(live, signal)
 
     async def _audit_signal(self, subject: Subject, record: ProcessRecord, signal: str
                             ) -> None:

@@ -12,12 +12,13 @@ async def test_refusals_before_a_container(tmp_path: Path) -> None:
     async with agent_app(tmp_path) as app:
         token, session = await app.user_session()
         base = f"/v1/sessions/{session}/processes"
-        # a session on a cluster node: not supported yet, said so
+        # a session on a cluster node this server does not reach: 503, nothing recorded
         await app.services.store.connection.execute(
             "UPDATE sessions SET node = 'node-7' WHERE id = ?", (session,))
         on_node = await app.post(token, base, json={"command": "sleep 1"})
-        assert on_node.status_code == 409, on_node.text
-        assert "cluster node 'node-7'" in on_node.json()["error"]["message"]
+        assert on_node.status_code == 503, on_node.text
+        assert on_node.json()["error"]["code"] == "node_unavailable"
+        assert (await app.get(token, base)).json() == []
         # this server's backend is not Docker: a clear 409, nothing decided or recorded
         token2 = await app.token(await app.tenant())
         local_session = await app.session(token2)

@@ -39,6 +39,8 @@ from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
 from runtime.nodes.agent.cluster_addresses import ClusterAddresses
 from runtime.nodes.agent.objects import NodeObjects
+from runtime.nodes.agent.processes import NodeProcesses
+from runtime.nodes.agent.resolve import relative, resolved
 from runtime.nodes.agent.snapshots import SnapshotMethods
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.machine import Machine
@@ -52,7 +54,7 @@ from runtime.nodes.wire import (
     parsed,
 )
 from runtime.sandbox.docker.backend import DockerBackend
-from runtime.sandbox.models import ExecRequest, ExecResult, Mount, OutputChunk
+from runtime.sandbox.models import ExecResult, OutputChunk
 from runtime.streaming import Feed
 from runtime.workspace import AtomicWriter, Workspace
 
@@ -102,6 +104,9 @@ class NodeAgent(SnapshotMethods):
         self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[Any]] = []
+        self.processes = NodeProcesses(  # background processes: `process_start`
+            self.backend, self.workspaces,
+            lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready)
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -127,6 +132,7 @@ class NodeAgent(SnapshotMethods):
         return os.getpid()
 
     async def close(self) -> None:
+        await self.processes.close()
         for task in self._background:
             task.cancel()
         await self.machine.close()
@@ -306,7 +312,8 @@ class NodeAgent(SnapshotMethods):
             wanted = parsed(RunOnNode, payload)
             exec_id = wanted.request.exec_id
             gate = self._gate(exec_id) if wanted.gated else None
-            request = await asyncio.to_thread(self._resolve, wanted)
+            request = await asyncio.to_thread(resolved, wanted, self.workspaces,
+                                              self.objects)
             if request.workspace is not None or request.tmp is not None:
                 lease = await asyncio.to_thread(self.workspaces.open, request.tenant,
                                                 request.session)
@@ -315,7 +322,7 @@ class NodeAgent(SnapshotMethods):
                 self.backend.run(request, output.put, before_start=gate)))
             async for batch, last in output.batches(COALESCE_S):
                 if last:
-                    yield [*batch, self._relative(request, call.result())]
+                    yield [*batch, relative(request, call.result(), self.workspaces)]
                     return
                 yield list(batch)
         except Exception as exc:
@@ -329,33 +336,6 @@ class NodeAgent(SnapshotMethods):
                     await call
             if lease is not None:
                 lease.close()
-
-    def _resolve(self, wanted: RunOnNode) -> ExecRequest:
-        """The call with this node's paths: its own session's workspace and /tmp, and the
-        tool objects it names from this node's object directory (kept first if sent)."""
-        request = wanted.call()
-        tenant, session = request.tenant, request.session
-        mounts = []
-        for obj in wanted.objects:
-            source = (self.objects.put(obj.sha256, obj.data) if obj.data is not None
-                      else self.objects.get(obj.sha256))
-            mounts.append(Mount(source=source, target=obj.target, read_only=True))
-        return request.model_copy(update={
-            "workspace": None if request.workspace is None
-            else self.workspaces.path(tenant, session),
-            "tmp": None if request.tmp is None else self.workspaces.tmp_path(tenant, session),
-            "mounts": mounts})
-
-    def _relative(self, request: ExecRequest, result: ExecResult) -> ExecResult:
-        """Artifacts named relative to the session's directory, never by a path here."""
-        if not result.artifacts:
-            return result
-        base = self.workspaces.session_dir(request.tenant, request.session)
-        shown = []
-        for found in map(Path, result.artifacts):
-            shown.append(str(found.relative_to(base)) if found.is_relative_to(base)
-                         else f"artifacts/{found.name}")
-        return result.model_copy(update={"artifacts": shown})
 
     def _gate(self, exec_id: str) -> asyncio.Future[None]:
         """The call's start gate, made by whichever of `run` and `open_gate` comes first."""
@@ -384,3 +364,14 @@ class NodeAgent(SnapshotMethods):
         if isinstance(session_id, str):
             with contextlib.suppress(Exception):
                 await self.backend.release_session(session_id)
+
+    # -- background processes (`runtime.nodes.agent.processes`) ------------------------------
+
+    async def process_start(self, payload: bytes) -> AsyncIterator[Any]:
+        """Streaming: the container's id, output batches, a `ProcessEnd` (or a `Failed`)."""
+        async for item in self.processes.start(payload):
+            yield item
+
+    async def process_act(self, payload: bytes) -> None | Failed:
+        """Input, EOF or a signal for a running process (`ProcessAct`)."""
+        return await self.processes.act(payload)

@@ -1,0 +1,86 @@
+"""A node's background processes, seen from the control plane: one stream per process.
+
+Why: the node runs the container (`runtime.nodes.agent.processes`); this side keeps the
+record, the log and everything a user sees (`runtime.processes.on_node`). `start` sends the
+`ProcessOnNode` JSON and returns once the node says the container runs (its id), or raises
+what the node refused; the `NodeProcess` it returns gives the output batches as they come,
+then the exit state, and acts on the process by its id (`ProcessAct`). Cancelling the stream
+makes the node kill and remove the container. A lost node ends the stream with
+`NodeUnavailable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+
+from runtime.nodes.control.hop import LOST, Hop, wire
+from runtime.nodes.process_wire import ProcessAct, ProcessEnd, ProcessOnNode, Signal
+from runtime.nodes.wire import RunOnNode
+from runtime.sandbox.models import ExecRequest, OutputChunk
+
+
+class NodeProcess:
+    """One process's stream from its node, and the acts on it."""
+
+    def __init__(self, hop: Hop, stream: Any, request: ExecRequest, container: str) -> None:
+        self._hop = hop
+        self._stream = stream
+        self._where = {"tenant": request.tenant, "session": request.session,
+                       "process": request.exec_id}
+        self.container = container
+        self.end: ProcessEnd | None = None
+
+    async def output(self) -> AsyncIterator[list[OutputChunk]]:
+        """Batches of output until the end (`self.end` set) or a lost node (raised)."""
+        link = self._hop
+        while True:
+            try:
+                ref = await self._stream.__anext__()
+            except StopAsyncIteration:
+                return
+            except LOST as exc:
+                raise link.lost(exc) from None
+            batch = await link.wait(ref)
+            chunks = [c for c in batch if isinstance(c, OutputChunk)]
+            if chunks:
+                yield chunks
+            ends = [c for c in batch if isinstance(c, ProcessEnd)]
+            if ends:
+                self.end = ends[-1]
+                return
+
+    def act(self, op: str, data: bytes = b"", signal: Signal | None = None) -> None:
+        """Input, EOF or a signal (blocking: run it off the loop)."""
+        self._hop.call("process_act", wire(ProcessAct.model_validate(
+            {**self._where, "op": op, "data": data, "signal": signal})))
+
+    def cancel(self) -> None:
+        """Stop reading: the node kills and removes the container."""
+        with contextlib.suppress(Exception):
+            ray.cancel(self._stream)
+
+
+class RemoteProcesses:
+    def __init__(self, hop: Hop) -> None:
+        self._hop = hop
+
+    async def start(self, request: ExecRequest, *, lifetime_s: float, frame: bytes,
+                    env: dict[str, str], home: str | None) -> NodeProcess:
+        """The process's container runs on the node (`request.exec_id` names its record)."""
+        link = self._hop
+        want = ProcessOnNode(run=RunOnNode.of(request, [], False), record=request.exec_id,
+                             lifetime_s=lifetime_s, frame=frame, env=env, home=home)
+        try:
+            stream: Any = link.actor.process_start.options(
+                num_returns="streaming").remote(wire(want))
+            ref = await stream.__anext__()
+        except StopAsyncIteration as exc:
+            raise link.lost(exc) from None
+        except LOST as exc:
+            raise link.lost(exc) from None
+        container = await link.wait(ref)  # a `Failed` raised as what the node refused
+        return NodeProcess(link, stream, request, str(container))

@@ -1,0 +1,69 @@
+"""What crosses the hop for a background process of a session on a node (JSON, checked).
+
+Why: as for a call (`runtime.nodes.wire.RunOnNode`), the control plane names the session
+and the node resolves its own directories; a process adds its record id, its lifetime cap,
+the command's stdin frame (never on argv) and a few environment variables. Acting on a
+running process (`ProcessAct`: input, EOF, a signal) names the process and its session, and
+the node acts only on a process of that session. What comes back is pickled by Ray from the
+node: the container's id, batches of `OutputChunk`, then one `ProcessEnd`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runtime.nodes.wire import RunOnNode, Where
+
+PROCESS_ID = r"^p_[0-9a-f]{16}$"
+MAX_FRAME = 1024 * 1024  # the command (and its cwd) as sent on stdin
+MAX_INPUT = 16 * 1024 * 1024  # one `input` write
+Signal = Literal["INT", "TERM", "KILL", "HUP"]
+
+
+class ProcessOnNode(BaseModel):
+    """Start one process: `run` is the call's request (names only, validated as a call's),
+    `frame` the command on its stdin, `env` the launch hooks' variables, `home` its HOME."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64",
+                              val_json_bytes="base64")
+
+    run: RunOnNode
+    record: str = Field(pattern=PROCESS_ID)
+    lifetime_s: float = Field(gt=0, le=7 * 24 * 3600)
+    frame: bytes = Field(max_length=MAX_FRAME)
+    env: dict[str, str] = Field(default_factory=dict, max_length=32)
+    home: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{0,255}$")
+
+    @model_validator(mode="after")
+    def _plain(self) -> ProcessOnNode:
+        if self.run.gated or self.run.objects or self.run.stdin:
+            raise ValueError("a process takes no gate, objects or stdin beside its frame")
+        if self.run.request.exec_id != self.record:
+            raise ValueError("a process's request is named by its record")
+        return self
+
+
+class ProcessAct(Where):
+    """One act on a running process of the session: `input` (`data`), `eof`, `signal`."""
+
+    process: str = Field(pattern=PROCESS_ID)
+    op: Literal["input", "eof", "signal"]
+    data: bytes = Field(b"", max_length=MAX_INPUT)
+    signal: Signal | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ProcessAct:
+        if (self.op == "signal") != (self.signal is not None):
+            raise ValueError("a signal is named by, and only by, op signal")
+        return self
+
+
+class ProcessEnd(BaseModel):
+    """The last item of a process's stream: its container's exit state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exit_code: int | None
+    oom_killed: bool = False

@@ -1,0 +1,202 @@
+"""Background processes of sessions on a cluster node, for real.
+
+One 2-node local cluster and one `navi serve` control plane (NAVI_CLUSTER) for the module:
+each session lives on a node, whose disk the control plane does not see. A process's
+container runs on its node's engine (none on the control plane's), with the session's
+/workspace from the node's disk; its output comes back over the hop into the control plane's
+log, so output, wait, the session's events, input, signals, audit, the lifetime cap, the
+counts and the session's end work as on one machine (`runtime.processes.on_node`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.test_cluster_serve import Plane
+from tests.e2e.conftest import start_server, stop_server
+from tests.e2e.sse import frames
+
+pytestmark = pytest.mark.docker
+cluster = module_cluster()
+
+POLICY = """version: 1
+defaults:
+  limits: {processes: {max_per_session: 2, max_lifetime_s: 3600}}
+images: {code_exec: tools-runner, terminal: tools-runner}
+profiles:
+  developer:
+    allow: [group:exec, group:fs]
+    limits: {ports: true}
+  short:
+    allow: [group:exec, group:fs]
+    limits: {processes: {max_lifetime_s: 3}}
+tenants:
+  "*": {profiles: [developer, short], default_profile: developer}
+"""
+ECHOER = ('cat in.txt; echo ready; while read line; do echo "got $line"; '
+          'echo "$line" >> heard.txt; done')
+
+
+@pytest.fixture(scope="module")
+def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    tmp = tmp_path_factory.mktemp("plane")
+    keys = tmp / "data" / "keys"
+    keys.mkdir(parents=True)
+    shutil.copyfile(cluster.token_file, keys / "cluster-token")
+    (keys / "cluster-token").chmod(0o600)
+    policy = tmp / "policy.yaml"
+    policy.write_text(POLICY)
+    server = start_server(tmp, policy, {"NAVI_CLUSTER": cluster.address,
+                                        "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
+    made = Plane(server, tmp)
+    yield made
+    stop_server(made.server)
+
+
+def client(plane: Plane) -> httpx.Client:
+    return httpx.Client(base_url=plane.server.url, timeout=120,
+                        headers={"Authorization": f"Bearer {plane.user}"})
+
+
+def engine_of(cluster: Cluster, node: str) -> docker.APIClient:
+    found = next(n for n in cluster.state["nodes"] if n["id"] == node)
+    return docker.APIClient(base_url=f"unix://{found['socket']}")
+
+
+def containers_of(api: docker.APIClient, pid: str) -> list[dict[str, Any]]:
+    return list(api.containers(all=True, filters={"label": f"navi.process={pid}"}))
+
+
+def wait_for(check: Callable[[], Any], within_s: float = 30, what: str = "") -> Any:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {within_s} s: {what}")
+
+
+def start(c: httpx.Client, session: str, command: str, **body: Any) -> dict[str, Any]:
+    made = c.post(f"/v1/sessions/{session}/processes", json={"command": command, **body})
+    assert made.status_code == 201, made.text
+    return dict(made.json())
+
+
+def output(c: httpx.Client, session: str, pid: str) -> str:
+    got = c.get(f"/v1/sessions/{session}/processes/{pid}/output")
+    assert got.status_code == 200, got.text
+    return str(got.json()["output"])
+
+
+def ended(c: httpx.Client, session: str, pid: str, within_s: float = 30) -> dict[str, Any]:
+    return dict(wait_for(
+        lambda: (p := c.get(f"/v1/sessions/{session}/processes/{pid}").json())["state"]
+        == "exited" and p, within_s, f"{pid} to end"))
+
+
+def watch(plane: Plane, session: str, into: list[dict[str, Any]]) -> threading.Event:
+    """The session's events, collected on a thread until the returned event is set."""
+    stop = threading.Event()
+
+    def read() -> None:
+        with client(plane) as c, c.stream("GET", f"/v1/sessions/{session}/events",
+                                          timeout=90) as resp:
+            for _id, event in frames(resp):
+                into.append(event)
+                if stop.is_set():
+                    return
+
+    threading.Thread(target=read, daemon=True).start()
+    time.sleep(0.5)
+    return stop
+
+
+def test_a_process_on_a_node_runs_there_takes_input_stops_and_is_audited(
+    plane: Plane, cluster: Cluster, docker_api: docker.APIClient,
+) -> None:
+    made = plane.session()
+    s, node = made["id"], made["node"]
+    assert node in ("n1", "n2"), made
+    engine = engine_of(cluster, node)
+    events: list[dict[str, Any]] = []
+    stop_watching = watch(plane, s, events)
+    with client(plane) as c:
+        assert c.put(f"/v1/sessions/{s}/files/in.txt", content=b"from the api\n"
+                     ).status_code == 201
+        proc = start(c, s, ECHOER, name="echoer")
+        pid = proc["id"]
+        assert (proc["state"], proc["node"], proc["name"]) == ("running", node, "echoer")
+        [there] = containers_of(engine, pid)  # on the node's engine, not on ours
+        assert there["State"] == "running" and not containers_of(docker_api, pid)
+        waited = c.post(f"/v1/sessions/{s}/exec", json={"tool": "process_wait", "args": {
+            "process_id": pid, "pattern": "^ready$", "timeout_s": 60}})
+        assert waited.status_code == 200, waited.text
+        assert waited.json()["metadata"]["wait"]["matched"], waited.json()
+        assert output(c, s, pid) == "from the api\nready\n"  # its /workspace: the node's
+        sent = c.post(f"/v1/sessions/{s}/processes/{pid}/input", json={"data": "hello\n"})
+        assert sent.status_code == 204, sent.text
+        wait_for(lambda: "got hello" in output(c, s, pid), what="its answer")
+        assert c.get(f"/v1/sessions/{s}/files/heard.txt").content == b"hello\n"
+        reader = start(c, s, "cat; echo cat-ended-$?")["id"]
+        assert c.post(f"/v1/sessions/{s}/processes/{reader}/input",
+                      json={"data": "last words\n", "eof": True}).status_code == 204
+        assert ended(c, s, reader)["exit_code"] == 0  # cat read EOF
+        assert output(c, s, reader) == "last words\ncat-ended-0\n"
+        assert c.delete(f"/v1/sessions/{s}/processes/{pid}").status_code == 204
+        done = c.get(f"/v1/sessions/{s}/processes/{pid}").json()
+        assert (done["state"], done["reason"], done["exit_code"]) == ("exited", "stopped", 143)
+        wait_for(lambda: not containers_of(engine, pid), what="its container removed")
+        assert [p["id"] for p in c.get(f"/v1/sessions/{s}/processes").json()] == [pid, reader]
+    wait_for(lambda: any(e["type"] == "process_exited" and e["process_id"] == pid
+                         for e in events), 10, "process_exited")
+    stop_watching.set()
+    mine = [e for e in events if e.get("process_id", e.get("process", {}).get("id")) == pid]
+    assert mine[0]["type"] == "process_started" and mine[0]["process"]["node"] == node
+    assert "got hello" in "".join(e["data"] for e in mine if e["type"] == "process_output")
+    assert mine[-1] | {"type": "process_exited", "exit_code": 143, "reason": "stopped"} == \
+        mine[-1]
+    audit = {r["action"]: r for r in plane.audit(session=s) if r.get("object") == pid}
+    assert set(audit) == {"process.start", "process.input", "process.signal", "process.exit"}
+    assert {r["node"] for r in audit.values()} == {node}
+    assert audit["process.start"]["args_sha256"] == hashlib.sha256(ECHOER.encode()).hexdigest()
+    assert audit["process.input"]["stdin_sha256"] == hashlib.sha256(b"hello\n").hexdigest()
+    assert audit["process.exit"]["exit_code"] == 143
+    assert audit["process.exit"]["detail"] == "reason stopped"
+
+
+def test_limits_lifetime_ports_and_the_sessions_end_on_a_node(
+    plane: Plane, cluster: Cluster,
+) -> None:
+    loop = "while true; do echo tick; sleep 0.2; done"
+    with client(plane) as c:
+        short = c.post("/v1/sessions", json={"profile": "short"}).json()
+        capped = start(c, short["id"], loop)["id"]
+        s = plane.session()
+        engine = engine_of(cluster, s["node"])
+        first, second = (start(c, s["id"], loop)["id"] for _ in range(2))
+        third = c.post(f"/v1/sessions/{s['id']}/processes", json={"command": loop})
+        assert third.status_code == 429, third.text  # limits.processes.max_per_session
+        assert third.json()["error"]["code"] == "quota_exceeded"
+        ported = c.post(f"/v1/sessions/{s['id']}/processes",
+                        json={"command": loop, "ports": [8000]})
+        assert ported.status_code == 409 and "not supported yet" in ported.text, ported.text
+        wait_for(lambda: "tick" in output(c, s["id"], second), what="a tick")
+        assert len(containers_of(engine, first) + containers_of(engine, second)) == 2
+        assert ended(c, short["id"], capped, within_s=30)["reason"] == "lifetime"
+        assert c.delete(f"/v1/sessions/{s['id']}").status_code == 204
+    wait_for(lambda: not containers_of(engine, first) and not containers_of(engine, second),
+             what="the ended session's containers removed")
+    exits = {r["object"]: r["detail"] for r in plane.audit(session=s["id"])
+             if r.get("action") == "process.exit"}
+    assert exits == {first: "reason session_ended", second: "reason session_ended"}
