@@ -2,8 +2,8 @@
 
 `KernelService` (``service``) is the entry point for the tools, the API and the E2B code
 interpreter; ``backend`` runs executes in the kernels' containers (``container``), which run
-``runner.py`` (a Jupyter kernel on the container's loopback); ``state`` is what a session's
-disk keeps of them; ``models`` the typed vocabulary.
+``runner.py`` (IPython's shell in the container, spoken to over its stdio); ``state`` is
+what a session's disk keeps of them; ``models`` the typed vocabulary.
 """
 
 from runtime.kernels.models import (

@@ -1,35 +1,46 @@
-"""The program a kernel's container runs: a Jupyter kernel and its client, on stdio.
+"""The program a kernel's container runs: an IPython shell and its runner, on stdio.
 
-This file is never imported by the supervisor: its text is the container's ``python3 -I -c``
-program (``runner_argv``), so changing it needs no image rebuild. Inside the container it
-starts an IPython kernel (``ipykernel``, through ``jupyter_client``'s ``KernelManager``; their
-ZMQ sockets stay on the container's loopback, the container has no other network) and speaks
+Never imported by the supervisor: its text is the container's ``python3 -I -c`` program
+(``runner_argv``; no image rebuild). It runs IPython's ``InteractiveShell`` (what a Jupyter
+kernel runs: namespaces, display hook, formatters, matplotlib inline, tracebacks) in this
+very process, so an execute is a function call, not another process's messages over ZMQ.
 JSON lines with the supervisor over the container's attached stdin/stdout:
 
     in:  {"op": "exec", "id", "code"} | {"op": "interrupt"} | {"op": "save"}
          | {"op": "restore"}
     out: {"ev": "ready"} | {"ev": "stream", "id", "name", "text"}
          | {"ev": "result", "id", "data", "main"}
-         | {"ev": "done", "id", "status", "error", "execution_count"} | {"ev": "died"}
+         | {"ev": "done", "id", "status", "error", "execution_count"}
          | {"ev": "saved", "saved", "lost", "error"} | {"ev": "restored", "restored", "lost"}
 
-When stdin ends (the engine closes it when the server's attach goes: a server killed
-without saving its kernels), the names are saved as for ``save`` before the runner exits, so
-the next server restores them. Saving and restoring run as code inside the kernel itself
-(``dill``, name by name, so what cannot be pickled is named in ``lost`` instead of failing
-the lot): saved state is tenant data and is only ever unpickled here, in the kernel's own
-sandbox.
+The protocol has private copies of stdin/stdout; the code's fd 0 is /dev/null (``input()``
+raises, as in a kernel without stdin), its fds 1 and 2 pipes whose text (subprocesses, C
+libraries) goes out as ``stream`` events, as does ``sys.stdout``'s. An interrupt is SIGINT to
+the main thread while code runs (the names stay). The kernel dying (killed, out of memory)
+is this process dying: the supervisor sees the output end. When stdin ends (the server's
+attach went: killed without saving its kernels) the names are saved as for ``save`` before
+the runner exits, for the next server. Saving and restoring use ``dill`` name by name (what
+cannot be pickled is named in ``lost``): saved state is tenant data, only ever unpickled
+here, in the kernel's own sandbox.
 """
 
 from __future__ import annotations
 
+import base64
+import builtins
+import codecs
+import contextlib
+import getpass
+import io
 import json
 import os
 import queue
 import re
-import subprocess
+import select
+import signal
 import sys
 import threading
+import time
 from typing import Any
 
 STATE_DIR = "/run/navi/kernel"
@@ -37,208 +48,351 @@ KEEP_MIMES = ("text/plain", "image/png", "text/html")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 VALUE_MAX = 16384
 TRACEBACK_MAX = 200
-
-SAVE_CODE = r'''
-def _navi_save(state, meta):
-    import dill, json, os
-    ip = get_ipython()
-    hidden = set(ip.user_ns_hidden) | {"In", "Out", "exit", "quit", "get_ipython"}
-    names, lost = {}, []
-    for key, value in list(ip.user_ns.items()):
-        if key.startswith("_") or key in hidden:
-            continue
-        try:
-            names[key] = dill.dumps(value)
-        except Exception:
-            lost.append(key)
-    tmp = state + ".part"
-    with open(tmp, "wb") as f:
-        dill.dump({"v": 1, "names": names}, f)
-    os.replace(tmp, state)
-    with open(meta, "w") as f:
-        json.dump({"saved": sorted(names), "lost": sorted(lost)}, f)
-_navi_save(%r, %r)
-del _navi_save
-'''
-
-RESTORE_CODE = r'''
-def _navi_restore(state, meta):
-    import dill, json, os
-    ip = get_ipython()
-    with open(state, "rb") as f:
-        saved = dill.load(f)
-    restored, lost = [], []
-    for key, raw in saved.get("names", {}).items():
-        try:
-            ip.user_ns[key] = dill.loads(raw)
-            restored.append(key)
-        except Exception:
-            lost.append(key)
-    try:
-        with open(meta) as f:
-            lost += json.load(f).get("lost", [])
-    except (OSError, ValueError):
-        pass
-    with open(meta, "w") as f:
-        json.dump({"restored": sorted(restored), "lost": sorted(set(lost))}, f)
-    os.unlink(state)
-_navi_restore(%r, %r)
-del _navi_restore
-'''
-
-_out_lock = threading.Lock()
+READ_SIZE = 65536
+FLUSH_S = 0.1  # a stream's text waits at most this long before it is sent
+HELD_MAX = 1 << 20  # results held for the next write, at most (bytes)
+HIDDEN = {"In", "Out", "exit", "quit", "get_ipython"}
 
 
-def send(event: dict[str, Any]) -> None:
-    line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-    with _out_lock:
-        sys.stdout.buffer.write(line)
-        sys.stdout.buffer.flush()
+def error_of(name: str, value: object, traceback: list[str]) -> dict[str, Any]:
+    return {"name": name[:200], "value": str(value)[:VALUE_MAX],
+            "traceback": [ANSI.sub("", t)[:VALUE_MAX] for t in traceback[-TRACEBACK_MAX:]]}
 
 
 def mime_bundle(data: dict[str, Any]) -> dict[str, str]:
     """The parts of a display the supervisor passes on (PNG as base64, as Jupyter has it)."""
+    if isinstance(data.get("image/png"), bytes):
+        data = {**data, "image/png": base64.b64encode(data["image/png"]).decode()}
     kept = {m: data[m] for m in KEEP_MIMES if isinstance(data.get(m), str)}
-    if "text/plain" not in kept:
-        kept["text/plain"] = ""
+    kept.setdefault("text/plain", "")
     return kept
 
 
-class Runner:
+class Channel:
+    """JSON lines to the supervisor on a private copy of the container's stdout. A result
+    waits for the next line and goes out in the same write (an execute's value and its
+    ``done``: one trip through the engine's attach, not two)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.held: list[bytes] = []
+        self.held_bytes = 0
+
+    def send(self, event: dict[str, Any], hold: bool = False) -> None:
+        line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        with self.lock:
+            self.held.append(line)
+            self.held_bytes += len(line)
+            if hold and self.held_bytes < HELD_MAX:
+                return
+            view = memoryview(b"".join(self.held))
+            self.held.clear()
+            self.held_bytes = 0
+            # an interrupt must not cut a line: SIGINT waits until it is written
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class Capture:
+    """What the code writes to fd 1 or 2, read from a pipe by a thread of its own and sent
+    as ``stream`` events of ``job`` (the execute in progress; dropped between executes)."""
+
+    def __init__(self, fd: int, name: str, channel: Channel) -> None:
+        read, write = os.pipe()
+        os.dup2(write, fd)
+        os.close(write)
+        os.set_blocking(read, False)
+        self.read_fd, self.name, self.channel = read, name, channel
+        self.lock = threading.RLock()
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.job: str | None = None
+        threading.Thread(target=self._follow, daemon=True, name=f"capture-{name}").start()
+
+    def _follow(self) -> None:
+        while True:
+            select.select([self.read_fd], [], [])
+            if not self.drain():
+                return  # every write end is closed
+
+    def drain(self) -> bool:
+        """Send what the pipe holds now; False at its end."""
+        with self.lock:
+            while True:
+                try:
+                    chunk = os.read(self.read_fd, READ_SIZE)
+                except BlockingIOError:
+                    return True
+                if not chunk:
+                    return False
+                text = self.decoder.decode(chunk)
+                if text and self.job is not None:
+                    self.channel.send({"ev": "stream", "id": self.job, "name": self.name,
+                                       "text": text})
+                if len(chunk) < READ_SIZE:
+                    return True
+
+    def finish(self) -> None:
+        """The execute ended: what it wrote goes out now, later writes are nobody's."""
+        with self.lock:
+            self.drain()
+            self.job = None
+
+
+class OutStream(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` of the code: text kept here and sent as one ``stream``
+    event of the execute in progress when it ends, or ``FLUSH_S`` after it was written (as
+    ipykernel's stream does: a loop of prints is a few events, not one per print)."""
+
+    def __init__(self, fd: int, name: str, channel: Channel, pending: threading.Event) -> None:
+        super().__init__()
+        self.fd, self.name, self.channel, self.pending = fd, name, channel, pending
+        self.lock = threading.Lock()
+        self.parts: list[str] = []
+        self.job: str | None = None
+
+    encoding = "utf-8"
+
+    def fileno(self) -> int:
+        return self.fd  # the captured pipe (a subprocess given sys.stdout writes there)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self.lock:
+            if not self.parts:
+                self.pending.set()
+            self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with self.lock:  # held while sending: two flushes keep their order
+            text, self.parts = "".join(self.parts), []
+            if text and self.job is not None:
+                self.channel.send({"ev": "stream", "id": self.job, "name": self.name,
+                                   "text": text})
+
+
+def _no_input(*_: object, **__: object) -> str:
+    from IPython.core.error import StdinNotImplementedError
+
+    raise StdinNotImplementedError(  # ipykernel's words
+        "raw_input was called, but this frontend does not support input requests.")
+
+
+class Kernel:
     def __init__(self) -> None:
-        from jupyter_client.manager import KernelManager
-
         os.makedirs(STATE_DIR, exist_ok=True)
-        self.km = KernelManager(kernel_name="python3")
-        self.km.connection_file = os.path.join(STATE_DIR, f".conn-{os.getpid()}.json")
-        env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-               "JUPYTER_PLATFORM_DIRS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-        self.km.start_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                             cwd=os.getcwd(),
-                             extra_arguments=["--HistoryManager.enabled=False",
-                                              "--IPKernelApp.trio_loop=False"])
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-        try:
-            os.unlink(self.km.connection_file)  # read by the kernel; nobody else needs it
-        except OSError:
-            pass
-        self.jobs: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.state = os.path.join(STATE_DIR, "state.pkl")
+        self.meta_path = os.path.join(STATE_DIR, "meta.json")
+        self.requests = os.fdopen(os.dup(0), "rb")
+        self.channel = Channel(os.dup(1))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        self.captures = [Capture(1, "stdout", self.channel), Capture(2, "stderr", self.channel)]
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
+        self.pending = threading.Event()
+        self.streams = [OutStream(1, "stdout", self.channel, self.pending),
+                        OutStream(2, "stderr", self.channel, self.pending)]
+        sys.stdout, sys.stderr = self.streams
+        os.environ.update({"MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                           "JUPYTER_PLATFORM_DIRS": "1"})
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        from IPython.core.interactiveshell import InteractiveShell
+        from traitlets.config import Config
 
-    def read_stdin(self) -> None:
-        for raw in sys.stdin.buffer:
+        config = Config()
+        config.HistoryManager.enabled = False
+        config.InteractiveShell.colors = "NoColor"
+        self.shell = InteractiveShell.instance(config=config)
+        hook = self.shell.displayhook
+        hook.write_output_prompt = lambda: None
+        hook.write_format_data = lambda data, md=None: self._result(data, True)
+        hook.finish_displayhook = lambda: None
+        publisher = self.shell.display_pub
+        publisher.publish = lambda data, *_, **__: self._result(data, False)
+        publisher.clear_output = lambda *_, **__: None
+        self.shell._showtraceback = self._traceback
+        builtins.input = getpass.getpass = _no_input
+        sys.path.insert(0, "")  # the code imports from its working directory, as in Jupyter
+        sys.path[1:1] = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+        self.job: str | None = None
+        self.error: dict[str, Any] | None = None
+        self.busy = False
+        self.main = threading.main_thread().ident or 0
+        self.jobs: queue.Queue[dict[str, Any]] = queue.Queue()
+        signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def _result(self, data: dict[str, Any], main: bool) -> None:
+        if self.job is not None:
+            self.channel.send({"ev": "result", "id": self.job, "data": mime_bundle(data),
+                               "main": main}, hold=True)
+
+    def _traceback(self, etype: type, evalue: object, stb: list[str]) -> None:
+        self.error = error_of(etype.__name__, evalue, list(stb))
+
+    def _on_interrupt(self, signum: int, frame: object) -> None:
+        if self.busy:
+            raise KeyboardInterrupt
+
+    def read_requests(self) -> None:
+        for raw in self.requests:
             try:
                 job = json.loads(raw)
             except ValueError:
                 continue
+            if not isinstance(job, dict):
+                continue
             if job.get("op") == "interrupt":
-                try:
-                    self.km.interrupt_kernel()
-                except Exception as exc:  # the supervisor kills it 5 s later anyway
-                    print(f"interrupt failed: {exc}", file=sys.stderr, flush=True)
+                if self.busy:
+                    signal.pthread_kill(self.main, signal.SIGINT)
             else:
                 self.jobs.put(job)
         self.jobs.put({"op": "quit"})
 
-    def run_code(self, code: str, job_id: str | None) -> dict[str, Any]:
-        """Execute in the kernel; stream its output when `job_id` is set (a silent run
-        otherwise: saving and restoring)."""
-        msg_id = self.kc.execute(code, silent=job_id is None, store_history=job_id is not None,
-                                 allow_stdin=False, stop_on_error=False)
-        error: dict[str, Any] | None = None
-        while True:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=1.0)
-            except queue.Empty:
-                if not self.km.is_alive():
-                    send({"ev": "died"})
-                    sys.exit(3)
-                continue
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream" and job_id is not None:
-                send({"ev": "stream", "id": job_id, "name": content.get("name", "stdout"),
-                      "text": content.get("text", "")})
-            elif kind in ("execute_result", "display_data") and job_id is not None:
-                send({"ev": "result", "id": job_id, "data": mime_bundle(content.get("data", {})),
-                      "main": kind == "execute_result"})
-            elif kind == "error":
-                error = {"name": str(content.get("ename", ""))[:200],
-                         "value": str(content.get("evalue", ""))[:VALUE_MAX],
-                         "traceback": [ANSI.sub("", t)[:VALUE_MAX]
-                                       for t in content.get("traceback", [])[-TRACEBACK_MAX:]]}
-            elif kind == "status" and content.get("execution_state") == "idle":
-                break
-        count = None
-        while True:  # the reply carries the execution count
-            try:
-                reply = self.kc.get_shell_msg(timeout=5.0)
-            except queue.Empty:
-                break
-            if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                count = reply["content"].get("execution_count")
-                if error is None and reply["content"].get("status") == "error":
-                    content = reply["content"]
-                    error = {"name": str(content.get("ename", ""))[:200],
-                             "value": str(content.get("evalue", ""))[:VALUE_MAX], "traceback": []}
-                break
-        return {"status": "error" if error else "ok", "error": error, "execution_count": count}
-
-    def meta(self) -> dict[str, Any]:
+    def execute(self, code: str, job_id: str) -> dict[str, Any]:
+        self.error, self.job = None, job_id
+        for capture in self.captures:
+            capture.job = job_id
+        for stream in self.streams:
+            stream.job = job_id
+        count = self.shell.execution_count
+        failure: BaseException | None = None
         try:
-            with open(os.path.join(STATE_DIR, "meta.json")) as f:
-                value = json.load(f)
-            return value if isinstance(value, dict) else {}
-        except (OSError, ValueError):
-            return {}
+            self.busy = True
+            result = self.shell.run_cell(code, store_history=True)
+            failure = result.error_before_exec or result.error_in_exec
+        except KeyboardInterrupt as exc:  # landed outside the code (its display, say)
+            failure = exc
+            self.shell.execution_count = max(self.shell.execution_count, count + 1)
+        finally:
+            self.busy = False
+        for out in (*self.streams, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                out.flush()  # type: ignore[union-attr]  # what the code wrote, before done
+        for stream in self.streams:
+            with stream.lock:
+                stream.job = None
+        for capture in self.captures:
+            capture.finish()
+        self.job = None
+        if failure is not None and self.error is None:
+            self.error = error_of(type(failure).__name__, failure, [])
+        return {"status": "error" if self.error else "ok", "error": self.error,
+                "execution_count": count}
+
+    def save(self) -> dict[str, Any]:
+        """Every picklable name of the namespace into ``state.pkl``; the others are lost."""
+        import dill
+
+        hidden = set(self.shell.user_ns_hidden) | HIDDEN
+        names: dict[str, bytes] = {}
+        lost: list[str] = []
+        for key, value in list(self.shell.user_ns.items()):
+            if key.startswith("_") or key in hidden:
+                continue
+            try:
+                names[key] = dill.dumps(value)
+            except Exception:
+                lost.append(key)
+        tmp = self.state + ".part"
+        with open(tmp, "wb") as f:
+            dill.dump({"v": 1, "names": names}, f)
+        os.replace(tmp, self.state)
+        info = {"saved": sorted(names), "lost": sorted(lost)}
+        with open(self.meta_path, "w") as f:
+            json.dump(info, f)
+        return info
+
+    def restore(self) -> dict[str, Any]:
+        """The saved names back into the namespace (unpickled here, in the sandbox)."""
+        import dill
+
+        meta = _read_json(self.meta_path)
+        restored, lost = [], list(meta.get("lost", []))
+        try:
+            with open(self.state, "rb") as f:
+                saved = dill.load(f)
+            for key, raw in saved.get("names", {}).items():
+                try:
+                    self.shell.user_ns[key] = dill.loads(raw)
+                    restored.append(key)
+                except (Exception, SystemExit):
+                    lost.append(key)
+        except (Exception, SystemExit):  # nothing could be read: all of it is lost
+            restored, lost = [], lost + list(meta.get("saved", []))
+        info = {"restored": sorted(restored), "lost": sorted(set(lost))}
+        with open(self.meta_path, "w") as f:
+            json.dump(info, f)
+        with contextlib.suppress(OSError):
+            os.unlink(self.state)
+        return info
+
+    def flush_streams(self) -> None:
+        while True:
+            self.pending.wait()
+            time.sleep(FLUSH_S)
+            self.pending.clear()
+            for stream in self.streams:
+                stream.flush()
 
     def serve(self) -> None:
-        threading.Thread(target=self.read_stdin, daemon=True).start()
-        send({"ev": "ready"})
-        state = os.path.join(STATE_DIR, "state.pkl")
-        meta = os.path.join(STATE_DIR, "meta.json")
+        threading.Thread(target=self.read_requests, daemon=True, name="requests").start()
+        threading.Thread(target=self.flush_streams, daemon=True, name="flush").start()
+        self.channel.send({"ev": "ready"})
         while True:
             job = self.jobs.get()
             op = job.get("op")
             if op == "quit":  # stdin ended: the server's attach went (killed); keep the names
-                self.run_code(SAVE_CODE % (state, meta), None)
+                self.save()
                 return
             if op == "exec":
-                done = self.run_code(str(job.get("code", "")), str(job.get("id", "")))
-                send({"ev": "done", "id": job.get("id"), **done})
+                job_id = str(job.get("id", ""))
+                done = self.execute(str(job.get("code", "")), job_id)
+                self.channel.send({"ev": "done", "id": job_id, **done})
             elif op == "save":
-                done = self.run_code(SAVE_CODE % (state, meta), None)
-                info = self.meta()
-                send({"ev": "saved", "saved": info.get("saved", []),
-                      "lost": info.get("lost", []), "error": done["error"]})
+                try:
+                    info, error = self.save(), None
+                except Exception as exc:
+                    info, error = {}, error_of(type(exc).__name__, exc, [])
+                self.channel.send({"ev": "saved", "saved": info.get("saved", []),
+                                   "lost": info.get("lost", []), "error": error})
             elif op == "restore":
-                if not os.path.exists(state):
-                    send({"ev": "restored", "restored": [], "lost": []})
-                    continue
-                done = self.run_code(RESTORE_CODE % (state, meta), None)
-                info = self.meta()
-                if done["error"] is not None:  # nothing could be read: all of it is lost
-                    info = {"restored": [], "lost": info.get("saved", []) + info.get("lost", [])}
-                    try:
-                        os.unlink(state)
-                    except OSError:
-                        pass
-                send({"ev": "restored", "restored": info.get("restored", []),
-                      "lost": info.get("lost", [])})
+                info = self.restore() if os.path.exists(self.state) else {}
+                self.channel.send({"ev": "restored", "restored": info.get("restored", []),
+                                   "lost": info.get("lost", [])})
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def main() -> None:
+    diagnostics = os.dup(2)  # fd 2 becomes the code's: the runner's own words go here
     try:
-        runner = Runner()
+        kernel = Kernel()
     except Exception as exc:
-        print(f"the kernel did not start: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        os.write(diagnostics, f"the kernel did not start: {exc}\n".encode())
+        os._exit(2)
     try:
-        runner.serve()
-    finally:
-        runner.km.shutdown_kernel(now=True)
+        kernel.serve()
+    except Exception as exc:
+        os.write(diagnostics, f"the runner failed: {exc!r}\n".encode())
+        os._exit(3)
+    os._exit(0)  # nothing else to run: the container ends
 
 
 if __name__ == "__main__":
