@@ -17,70 +17,32 @@ Everything the turn produced is stored as it happens (user, assistant and tool r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from runtime import tracing
-from runtime.agent.caps import ANSWER_TEXT, STORED_THINKING, clip
+from runtime.agent.answers import ModelAnswers
+from runtime.agent.caps import ANSWER_TEXT, clip
 from runtime.agent.context import ContextBuilder
-from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
-from runtime.agent.history import MessageStore
 from runtime.agent.llm import types as llm
-from runtime.agent.models import ModelBlacklist, none_left, profile_models, skippable
+from runtime.agent.models import profile_models
 from runtime.agent.planning import MandatoryPlanning
-from runtime.agent.profiles import AgentProfile
 from runtime.agent.prompt import Situation, annotate, system_prompt
+from runtime.agent.step_calls import run_calls
 from runtime.agent.token_check import check_token
 from runtime.agent.tool_runner import Stalled, ToolRunner
+from runtime.agent.turn_setup import TurnSetup
 from runtime.agent.turn_snapshots import TurnSnapshots
 from runtime.errors import NaviError
 from runtime.events import ErrorEvent, StopReason, StreamEnd, StreamStart
 from runtime.events import Notice as NoticeEvent
 from runtime.events import Usage as EventUsage
 from runtime.logging import get_logger
-from runtime.policy.decision import Subject
 from runtime.tools.builtin.memory import section_scope
 
 log = get_logger(__name__)
-
-MAX_CALLS_PER_STEP = 8
-MAX_CALLS_KEPT = 32  # calls beyond this in one answer are dropped unseen (untrusted output)
-REOFFER_AFTER = frozenset({"write_tool", "delete_tool", "reload_tools"})
-"""Calls after which the tools offered are listed again (a tool written is callable at once)."""
-
-
-@dataclass
-class Answer:
-    text: str = ""
-    thinking: str = ""
-    calls: list[llm.ToolCallRequest] = field(default_factory=list)
-    usage: llm.Usage = field(default_factory=llm.Usage)
-    too_long: bool = False
-    served_by: str | None = None
-
-
-@dataclass
-class TurnSetup:
-    services: AgentDeps
-    backend: llm.LLMBackend
-    history: MessageStore
-    profile: AgentProfile
-    persona: str | None
-    model: str
-    subject: Subject
-    turn_id: str
-    content: str
-    parent_call: str | None = None  # a sub-agent's: the spawn_agent call it answers
-    models: list[str] = field(default_factory=list)  # the profile's priority list (or none)
-    blacklist: ModelBlacklist | None = None  # models that failed lately (server-wide)
-    user_images: dict[str, list[llm.ImageInput]] = field(default_factory=dict)
-    """The images sent with this turn's message (`user:<row id>` -> images), for every
-    model call of the turn."""
-
 
 class Turn:
     def __init__(self, setup: TurnSetup, events: TurnEvents) -> None:
@@ -89,10 +51,9 @@ class Turn:
         self.usage = llm.Usage()
         self.iterations = 0
         self.partial = ""
-        self._live: list[str] = []
+        self.answers = ModelAnswers(setup, events)
         self.runner: ToolRunner | None = None
         self.offered_names: list[str] = []
-        self._started = False  # the current model call has produced output
         service = getattr(setup.services, "snapshots", None)
         self.checkpoint = (TurnSnapshots(service, setup.services, lambda: self.s.subject,
                                          setup.turn_id, events.emit)
@@ -134,7 +95,7 @@ class Turn:
             if self.partial:
                 content = self.partial + "\n\n" + content
         except asyncio.CancelledError:
-            said = "".join(self._live) or self.partial
+            said = "".join(self.answers.live) or self.partial
             await asyncio.shield(self._finish("cancelled", said or "(cancelled)"))
             raise
         except NaviError as exc:
@@ -235,9 +196,11 @@ class Turn:
             messages = await builder.build(system, tools, images, functools.partial(
                 annotate, profile=s.profile, iteration=iteration, goal=s.content,
                 failed_calls=failed))
-            answer = await self._ask(llm.ChatRequest(
+            answer = await self.answers.ask(llm.ChatRequest(
                 model=s.model, messages=messages, tools=tools,
-                temperature=s.profile.temperature, think=s.profile.think, num_ctx=window))
+                temperature=s.profile.temperature, think=s.profile.think, num_ctx=window),
+                iteration)
+            self.usage = self.usage + answer.usage
             calls = [c.model_copy(update={"id": f"{s.turn_id}_{iteration}_{n}"})
                      for n, c in enumerate(answer.calls, start=1)]
             await s.history.append(
@@ -256,29 +219,11 @@ class Turn:
                 return "stop", answer.text
             self.partial = answer.text
             images = {k: v for k, v in images.items() if k.startswith("user:")}
-            reoffer = False
-            done: list[tuple[str, bool, dict[str, Any]]] = []
-            for n, call in enumerate(calls):
-                if n >= MAX_CALLS_PER_STEP:
-                    await self._store_tool(call, f"Error: at most {MAX_CALLS_PER_STEP} tool "
-                                           "calls per step; this one was not run.",
-                                           {"success": False})
-                    failed.add(call.id)
-                    continue
-                assert self.runner is not None  # made by _offer
-                await check_token(s.services.store, s.subject)
-                outcome = await self.runner.run(call)
-                if not outcome.success:
-                    failed.add(call.id)
-                if outcome.images:
-                    images[call.id] = outcome.images
-                if outcome.success and call.name in REOFFER_AFTER:
-                    reoffer = True
-                done.append((call.name, outcome.success, outcome.meta))
-                await self._store_tool(call, outcome.content, outcome.meta)
+            assert self.runner is not None  # made by _offer
+            step = await run_calls(s, self.runner, calls, failed, images)
             if phases is not None:
-                await phases.after_calls(done)
-            if await self._follow_profile() or reoffer:
+                await phases.after_calls(step.done)
+            if await self._follow_profile() or step.reoffer:
                 tools, system = await self._offer()
         note = (f"Stopped after {s.profile.max_iterations} steps (max_iterations) without a "
                 "final answer.")
@@ -313,87 +258,3 @@ class Turn:
             subject=lambda: s.subject, turn_id=s.turn_id, emit=self.events.emit)
         await phases.start()
         return phases
-
-    async def _store_tool(self, call: llm.ToolCallRequest, content: str, meta: dict[str, Any]
-                          ) -> None:
-        s = self.s
-        await s.history.append(s.subject.session, s.turn_id, "tool", content,
-                               tool_call_id=call.id, tool_name=call.name, meta=meta)
-
-    async def _ask(self, request: llm.ChatRequest) -> Answer:
-        with tracing.span(f"chat {request.model}", {
-                "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.s.backend.name,
-                "gen_ai.system": self.s.backend.name, "gen_ai.request.model": request.model,
-                "gen_ai.request.temperature": request.temperature,
-                "navi.iteration": self.iterations}) as span:
-            answer = await self._answer(request)
-            tracing.annotate(span, {
-                "gen_ai.usage.input_tokens": answer.usage.prompt_tokens or None,
-                "gen_ai.usage.output_tokens": answer.usage.completion_tokens or None,
-                "navi.tool_calls": len(answer.calls), "navi.too_long": answer.too_long})
-        return answer
-
-    async def _answer(self, request: llm.ChatRequest) -> Answer:
-        """From the first usable model of the profile's list; a model that fails before
-        its answer starts is skipped (for a while, with a notice) and the next one asked."""
-        s = self.s
-        if len(s.models) < 2 or s.blacklist is None:
-            return await self._answer_from(request)
-        problems: list[str] = []
-        for model in s.blacklist.usable(s.models):
-            self._started = False
-            try:
-                answer = await self._answer_from(request.model_copy(update={"model": model}))
-            except NaviError as exc:
-                if self._started or not skippable(exc):
-                    raise
-                s.blacklist.failed(model)
-                problems.append(f"{model}: {clip(exc.message, 300)}")
-                log.warning("model_skipped", model=model, code=exc.code,
-                            blacklisted_s=s.blacklist.blacklist_s)
-                self.events.emit(NoticeEvent(
-                    turn_id=s.turn_id, phase="model_fallback", message=clip(
-                        f"Model {model} failed before answering ({exc.message}); it is "
-                        f"skipped for {s.blacklist.blacklist_s:g} s.", 2000)))
-                continue
-            s.blacklist.succeeded(model)
-            return answer
-        raise none_left(s.models, problems)
-
-    async def _answer_from(self, request: llm.ChatRequest) -> Answer:
-        answer = Answer()
-        text = self._live = []
-        thinking: list[str] = []
-        size = 0
-        async with contextlib.aclosing(self.s.backend.stream(request)) as chunks:
-            async for chunk in chunks:
-                if not isinstance(chunk, llm.Notice):
-                    self._started = True  # output reached the user: no silent switch now
-                if isinstance(chunk, llm.ThinkingDelta | llm.TextDelta):
-                    size += len(chunk.text)
-                    if size > ANSWER_TEXT:
-                        answer.too_long = True
-                        break
-                if isinstance(chunk, llm.ThinkingDelta):
-                    thinking.append(chunk.text)
-                    self.events.delta("thinking", chunk.text)
-                elif isinstance(chunk, llm.TextDelta):
-                    text.append(chunk.text)
-                    self.events.delta("text", chunk.text)
-                elif isinstance(chunk, llm.ToolCallChunk):
-                    self.events.end_thinking()
-                    if len(answer.calls) < MAX_CALLS_KEPT:
-                        answer.calls.append(chunk.call)
-                elif isinstance(chunk, llm.Done):
-                    answer.usage = chunk.usage
-                    answer.served_by = chunk.served_by
-                elif isinstance(chunk, llm.Notice):
-                    self.events.emit(NoticeEvent(turn_id=self.s.turn_id,
-                                                 message=clip(chunk.text, 2000),
-                                                 phase=chunk.phase, progress=chunk.progress))
-        self.events.end_thinking()
-        self.events.flush()
-        answer.text = "".join(text)
-        answer.thinking = clip("".join(thinking), STORED_THINKING)
-        self.usage = self.usage + answer.usage
-        return answer

@@ -19,9 +19,10 @@ from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageStore, StoredMessage, new_turn_id
 from runtime.agent.llm import LLMBackend, build_backend
 from runtime.agent.llm.types import ImageInput
-from runtime.agent.loop import Turn, TurnSetup
+from runtime.agent.loop import Turn
 from runtime.agent.models import ModelBlacklist, profile_models
 from runtime.agent.profiles import ProfileSet, load_persona
+from runtime.agent.turn_setup import TurnSetup
 from runtime.config import Settings
 from runtime.errors import Conflict
 from runtime.events import ErrorEvent

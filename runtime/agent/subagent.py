@@ -24,9 +24,10 @@ from typing import Any
 from runtime.agent.deps import AgentDeps
 from runtime.agent.events import TurnEvents
 from runtime.agent.history import MessageRole, MessageStore, StoredMessage, new_turn_id
-from runtime.agent.loop import Turn, TurnSetup
+from runtime.agent.loop import Turn
 from runtime.agent.models import profile_models
 from runtime.agent.profiles import AgentProfile
+from runtime.agent.turn_setup import TurnSetup
 from runtime.errors import InvalidInput, NotFound
 from runtime.events import NESTED_TURN
 from runtime.policy.decision import Subject
