@@ -36,7 +36,7 @@ from runtime.store.models import (
     TokenRecord,
 )
 from runtime.store.read_cache import ReadCache
-from runtime.store.tokens import TOKEN_MAX_CHARS, TokenMethods, hash_token
+from runtime.store.tokens import TOKEN_MAX_CHARS, Tokens, hash_token
 
 log = get_logger(__name__)
 
@@ -55,13 +55,21 @@ def check_tenant_name(name: object) -> str:
     return name
 
 
-class Store(TokenMethods):
+class Store:
     """Async access to ``navi.sqlite3``. Open with ``await Store.open(path)``; ``await close()``."""
 
     def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
         self._db = connection
         self.path = path
         self._reads = ReadCache(path)  # tokens and sessions, while the file is unchanged
+        self.tokens = Tokens(connection, self._reads)
+        # the token calls, by name (``runtime.store.tokens``)
+        self.operator_tenant = self.tokens.operator_tenant
+        self.create_token = self.tokens.create_token
+        self.authenticate = self.tokens.authenticate
+        self.get_token = self.tokens.get_token
+        self.list_tokens = self.tokens.list_tokens
+        self.revoke_token = self.tokens.revoke_token
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -229,8 +237,8 @@ class Store(TokenMethods):
                 "UPDATE tokens SET revoked_at = ? WHERE bootstrap = 1 AND revoked_at IS NULL",
                 (time.time(),),
             )
-            return await self._insert_token(tenant_id, "admin", "bootstrap", plaintext,
-                                            bootstrap=True)
+            return await self.tokens.insert_token(tenant_id, "admin", "bootstrap", plaintext,
+                                                  bootstrap=True)
 
     # -- sessions ----------------------------------------------------------------------------
 

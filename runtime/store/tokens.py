@@ -9,7 +9,8 @@ of the first admin token ever made (the bootstrap admin's, unless ``navi tokens 
 made one earlier). Minting ``admin`` anywhere else is ``Forbidden``; store migration 4 turned
 admin tokens that older versions let into other tenants into ``tenant_admin``.
 
-``TokenMethods`` is a mixin of ``runtime.store.store.Store`` (which owns the connection).
+``Tokens`` is a collaborator of ``runtime.store.store.Store``: it is given the store's
+connection and read cache, and the store answers its token calls by name.
 """
 
 from __future__ import annotations
@@ -66,12 +67,13 @@ def check_token_name(name: object) -> str | None:
     return name
 
 
-class TokenMethods:
-    """Token queries of ``Store``; ``_db`` is the store's autocommit connection, ``_reads``
-    its cache of rows read while the file is unchanged."""
+class Tokens:
+    """The tokens table: ``db`` is the store's autocommit connection, ``reads`` its cache of
+    rows read while the file is unchanged."""
 
-    _db: aiosqlite.Connection
-    _reads: ReadCache
+    def __init__(self, db: aiosqlite.Connection, reads: ReadCache) -> None:
+        self._db = db
+        self._reads = reads
 
     async def _token_row(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Row | None:
         rows = list(await self._db.execute_fetchall(sql, params))  # one thread hop
@@ -107,11 +109,11 @@ class TokenMethods:
                 raise Forbidden("role admin exists only in the operator tenant; "
                                 "use tenant_admin to manage this tenant")
         plaintext = new_token_plaintext()
-        record = await self._insert_token(tenant_id, role, name, plaintext,
+        record = await self.insert_token(tenant_id, role, name, plaintext,
                                           expires_at=expires_at, token_id=token_id)
         return plaintext, record
 
-    async def _insert_token(
+    async def insert_token(
         self, tenant_id: str, role: Role, name: str | None, plaintext: str, *,
         bootstrap: bool = False, expires_at: float | None = None, token_id: str | None = None,
     ) -> TokenRecord:
