@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import structlog
 from fastapi import Depends, Request
@@ -11,7 +11,7 @@ from runtime.errors import Forbidden, NotFound, Unauthorized
 from runtime.policy.decision import Subject
 from runtime.sessions.principal import Principal
 from runtime.sessions.principal import subject_for as subject_for  # its old home
-from runtime.store import Role, SessionRecord
+from runtime.store import Role, SessionRecord, Store
 
 if TYPE_CHECKING:
     from runtime.api.services import Services
@@ -33,7 +33,14 @@ def bearer_token(header: str | None) -> str | None:
     return value.strip()
 
 
-async def authenticate(services: Services, token: str | None) -> Principal:
+class StoreDeps(Protocol):
+    """What authenticating a token and scoping a session to its tenant need: the store."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+async def authenticate(services: StoreDeps, token: str | None) -> Principal:
     if token is None:
         raise Unauthorized("missing bearer token")
     record = await services.store.authenticate(token)
@@ -90,7 +97,8 @@ def actor(principal: Principal, tenant_id: str, session: str = "none") -> Subjec
                    session=session)
 
 
-async def owned_session(services: Services, principal: Principal, session_id: str) -> SessionRecord:
+async def owned_session(services: StoreDeps, principal: Principal, session_id: str
+                        ) -> SessionRecord:
     """The session if it belongs to the caller's tenant; anything else is a plain 404."""
     record = await services.store.get_session(principal.tenant_id, session_id)
     if record is None:

@@ -26,7 +26,7 @@ from runtime.store import SessionRecord
 from runtime.store.tokens import now
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
 
 SANDBOX_ID_HEADER = "e2b-sandbox-id"
 SANDBOX_PORT_HEADER = "e2b-sandbox-port"
@@ -34,7 +34,7 @@ ACCESS_HEADER = "x-access-token"
 TRAFFIC_HEADER = "e2b-traffic-access-token"
 
 
-async def api_key(services: Services, headers: Mapping[str, str]) -> Principal:
+async def api_key(services: BridgeDeps, headers: Mapping[str, str]) -> Principal:
     key = headers.get("x-api-key")
     if not key:
         scheme, _, value = (headers.get("authorization") or "").partition(" ")
@@ -52,7 +52,7 @@ async def api_key(services: Services, headers: Mapping[str, str]) -> Principal:
 class SandboxCaller:
     """A sandbox-side request, authenticated: the acting key, the session, the sandbox."""
 
-    services: Services
+    services: BridgeDeps
     principal: Principal
     session: SessionRecord
     sandbox: SandboxRecord
@@ -61,7 +61,7 @@ class SandboxCaller:
         return await subject_for(self.services, self.principal, self.session)
 
 
-async def sandbox_caller(services: Services, headers: Mapping[str, str],
+async def sandbox_caller(services: BridgeDeps, headers: Mapping[str, str],
                          kinds: tuple[TokenKind, ...] = ("envd",)) -> SandboxCaller:
     sandbox_id = headers.get(SANDBOX_ID_HEADER, "")
     if not sandbox_id or len(sandbox_id) > 64:

@@ -26,7 +26,7 @@ from runtime.errors import NaviError
 from runtime.logging import get_logger
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -58,7 +58,7 @@ async def mapped(call: Callable[[], Awaitable[T]]) -> T:
 
 
 class FilesystemService:
-    def __init__(self, services: Callable[[], Services]) -> None:
+    def __init__(self, services: Callable[[], BridgeDeps]) -> None:
         self._services = services
 
     async def _files(self, ctx: RequestContext[Any, Any]) -> SandboxFiles:
@@ -123,5 +123,5 @@ class FilesystemService:
         raise ConnectError(Code.UNIMPLEMENTED, NO_WATCH)
 
 
-def filesystem_app(services: Callable[[], Services]) -> FilesystemASGIApplication:
+def filesystem_app(services: Callable[[], BridgeDeps]) -> FilesystemASGIApplication:
     return FilesystemASGIApplication(FilesystemService(services))  # type: ignore[arg-type]

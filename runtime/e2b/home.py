@@ -15,7 +15,7 @@ from runtime.e2b.store import SandboxStore
 from runtime.policy.decision import Subject
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
     from runtime.processes.launch import LaunchExtras
 
 WORKDIR = "/workspace"  # where Navi's own containers mount the session's workspace
@@ -31,7 +31,7 @@ def navi_cwd(cwd: str | None) -> str:
     return cwd
 
 
-def add_home_hook(services: Services) -> None:
+def add_home_hook(services: BridgeDeps) -> None:
     """Hook the process service once: an E2B sandbox's commands see their workspace at
     /home/user, which is also their cwd and HOME."""
     from runtime.processes.launch import LaunchExtras

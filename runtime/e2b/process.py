@@ -35,7 +35,7 @@ from runtime.e2b.vendor.envd.process_connect import ProcessASGIApplication
 from runtime.errors import NaviError
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
 
 KEEPALIVE_S = 20.0
 SIGNALS = {pb.Signal.SIGKILL: "KILL", pb.Signal.SIGTERM: "TERM"}
@@ -63,7 +63,7 @@ def _start_event(pid: int) -> pb.ProcessEvent:
 
 
 class ProcessService:
-    def __init__(self, services: Callable[[], Services]) -> None:
+    def __init__(self, services: Callable[[], BridgeDeps]) -> None:
         self._services = services
 
     @property
@@ -229,5 +229,5 @@ class ProcessService:
                            "API: use commands.send_stdin()")
 
 
-def process_app(services: Callable[[], Services]) -> ProcessASGIApplication:
+def process_app(services: Callable[[], BridgeDeps]) -> ProcessASGIApplication:
     return ProcessASGIApplication(ProcessService(services))  # type: ignore[arg-type]

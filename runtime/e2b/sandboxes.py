@@ -30,7 +30,7 @@ from runtime.sessions.principal import Principal, subject_for
 from runtime.store.ids import TenantId
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
 
 log = get_logger(__name__)
 
@@ -65,7 +65,7 @@ def iso(ts: float) -> str:
 class Sandboxes:
     """The control side's operations (the routes only parse and answer)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: BridgeDeps) -> None:
         self.services = services
         self.store = SandboxStore(services.store)
 

@@ -26,13 +26,13 @@ from runtime.errors import NaviError
 from runtime.logging import get_logger
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.e2b.deps import BridgeDeps
 
 log = get_logger(__name__)
 PREFIX = "/e2b"
 
 
-def _json_app(get_services: Callable[[], Services], *routers: Any) -> FastAPI:
+def _json_app(get_services: Callable[[], BridgeDeps], *routers: Any) -> FastAPI:
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     app.state.get_services = get_services
     for router in routers:
@@ -66,7 +66,7 @@ def _json_app(get_services: Callable[[], Services], *routers: Any) -> FastAPI:
 class E2BServer:
     """Mounted at `/e2b` (`starlette.routing.Mount`)."""
 
-    def __init__(self, get_services: Callable[[], Services]) -> None:
+    def __init__(self, get_services: Callable[[], BridgeDeps]) -> None:
         self.control = _json_app(get_services, control.router)
         self.sandbox = _json_app(get_services, envd_http.router, interpreter.router)
         self.connect: dict[str, Any] = {"/process.Process/": process_app(get_services),

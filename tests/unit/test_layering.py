@@ -158,3 +158,13 @@ def test_nothing_below_the_api_imports_it() -> None:
           if not module.startswith(ABOVE_THE_API) for m in found
           if m.startswith("runtime.api")}
     assert sorted(up) == []
+
+
+def test_the_e2b_bridge_and_the_mcp_endpoint_take_narrow_protocols() -> None:
+    """The E2B bridge and the MCP endpoint take what they use of the server as a `Protocol`
+    (`runtime/e2b/deps.py:BridgeDeps`, `runtime/api/mcp/deps.py:McpDeps`), not the whole
+    `Services` (was handed to both whole)."""
+    whole = {f"{module}: {m}" for module, found in graph("runtime").items()
+             if module.startswith(("runtime.e2b", "runtime.api.mcp")) for m in found
+             if m == "runtime.api.services" or m.startswith("runtime.api.services.")}
+    assert sorted(whole) == []

@@ -27,7 +27,7 @@ from runtime.api.mcp.sessions import McpSessions
 from runtime.errors import Forbidden, NaviError, QuotaExceeded
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.api.mcp.deps import McpDeps
 
 IDLE_TIMEOUT_S = 30 * 60
 # Open MCP sessions (each ~40 KiB of transport state, kept up to IDLE_TIMEOUT_S idle): the
@@ -39,7 +39,7 @@ MAX_BODY_BYTES = 12 * 1024 * 1024  # as the REST API's JSON bodies
 
 
 class McpEndpoint:
-    def __init__(self, services_of: Callable[[], Services]) -> None:
+    def __init__(self, services_of: Callable[[], McpDeps]) -> None:
         self._services_of = services_of
         self.sessions = McpSessions()
         self.server = build_server(services_of, self.sessions)

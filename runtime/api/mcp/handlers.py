@@ -33,7 +33,7 @@ from runtime.sessions.principal import Principal, subject_for
 from runtime.store import SessionRecord
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.api.mcp.deps import McpDeps
 
 PRINCIPAL_KEY = "navi.principal"
 RESOURCE_PREFIX = "navi://sessions/"
@@ -78,7 +78,7 @@ def resource_uri(session: str, path: str) -> str:
     return f"{RESOURCE_PREFIX}{session}/files/{quote(path)}"
 
 
-def build_server(services_of: Callable[[], Services], sessions: McpSessions) -> Server[Any]:
+def build_server(services_of: Callable[[], McpDeps], sessions: McpSessions) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         services = services_of()
@@ -182,7 +182,7 @@ def _error_result(exc: NaviError) -> types.CallToolResult:
                                 structured_content={"code": exc.code}, is_error=True)
 
 
-async def _files(services: Services, record: SessionRecord) -> list[Any]:
+async def _files(services: McpDeps, record: SessionRecord) -> list[Any]:
     node = services.nodes.for_session(record)
 
     def listing() -> list[Any]:
@@ -194,7 +194,7 @@ async def _files(services: Services, record: SessionRecord) -> list[Any]:
     return await asyncio.to_thread(listing)
 
 
-async def _read(services: Services, record: SessionRecord, path: str) -> bytes:
+async def _read(services: McpDeps, record: SessionRecord, path: str) -> bytes:
     node = services.nodes.for_session(record)
 
     def read() -> bytes:
@@ -206,7 +206,7 @@ async def _read(services: Services, record: SessionRecord, path: str) -> bytes:
     return await asyncio.to_thread(read)
 
 
-async def _relay_progress(ctx: ServerRequestContext[Any, Any], services: Services,
+async def _relay_progress(ctx: ServerRequestContext[Any, Any], services: McpDeps,
                           record: SessionRecord, exec_id: str) -> None:
     """This call's live output as progress notifications (count of chunks; the text)."""
     step = 0

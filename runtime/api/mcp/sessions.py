@@ -19,7 +19,7 @@ from runtime.sessions.principal import Principal
 from runtime.store import SessionRecord
 
 if TYPE_CHECKING:
-    from runtime.api.services import Services
+    from runtime.api.mcp.deps import McpDeps
 
 NAVI_SESSION_HEADER = "x-navi-session"
 MCP_SESSION_HEADER = "mcp-session-id"
@@ -31,7 +31,7 @@ class McpSessions:
         self._opened: dict[tuple[str, str], str] = {}
         self._lock = asyncio.Lock()
 
-    async def find(self, services: Services, principal: Principal,
+    async def find(self, services: McpDeps, principal: Principal,
                    headers: dict[str, str]) -> SessionRecord | None:
         """The session a request names or already has; None if it has none yet."""
         named = headers.get(NAVI_SESSION_HEADER)
@@ -42,7 +42,7 @@ class McpSessions:
             return None
         return await services.store.get_session(principal.tenant_id, opened)
 
-    async def get(self, services: Services, principal: Principal,
+    async def get(self, services: McpDeps, principal: Principal,
                   headers: dict[str, str]) -> SessionRecord:
         """The request's session, opened now if its connection has none."""
         found = await self.find(services, principal, headers)

@@ -1,0 +1,35 @@
+"""What the MCP endpoint needs from the server that runs it: the parts, typed.
+
+The API's `Services` satisfies `McpDeps`: a connection opens (or finds) its session as the
+API does (`runtime.sessions.deps.OpenDeps`), lists and calls its tools, reads its files and
+relays its events, and ends when its token does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from runtime.sessions.deps import OpenDeps
+
+if TYPE_CHECKING:
+    from runtime.calls import SessionToolCall
+    from runtime.events import EventHub
+    from runtime.sessions.principal import Principal
+    from runtime.tools import ToolServices
+
+
+class McpDeps(OpenDeps, Protocol):
+    """A session opened and its policy subject (`OpenDeps`), its tools, calls and events."""
+
+    @property
+    def tools(self) -> ToolServices: ...
+
+    @property
+    def calls(self) -> SessionToolCall: ...
+
+    @property
+    def hub(self) -> EventHub: ...
+
+    async def token_ended(self, principal: Principal) -> None:
+        """Returns when the principal's token is revoked or expires."""
+        ...
