@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.docker.cluster_rig import close_after, shared_local_cluster  # noqa: F401 - fixture
+
 
 def _engine_reachable() -> str | None:
     try:
@@ -70,6 +72,16 @@ def _release_test_mounts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     mount behind; release those under this run's temp dir so the temp dir stays removable."""
     yield
     _release_mounts_under(os.path.realpath(tmp_path_factory.getbasetemp()))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The run's shared local cluster (tests/docker/cluster_rig.py) goes down after the
+    teardown of the last test that may use it, not at the end of the run."""
+    try:
+        return (yield)
+    finally:
+        close_after(item)
 
 
 @pytest.fixture(autouse=True)

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from runtime.cluster.local import netns
-from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster, navi, status
+from tests.docker.cluster_rig import IMAGE, Cluster, navi, own_cluster, status
 
 pytestmark = pytest.mark.docker
-cluster = module_cluster()
+cluster = own_cluster()  # its own: the tests kill raylets and take it down
 
 
 def driver(cluster: Cluster, code: str, env: dict[str, str]) -> subprocess.Popen[str]:

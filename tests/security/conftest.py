@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conformance.harness import adapter, sandbox  # noqa: F401 - fixtures, used by name
-from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.cluster_rig import Cluster, own_cluster
 from tests.docker.node_plane import joined
 from tests.docker.sandbox_fixtures import *  # noqa: F403 - the engine fixtures (its __all__)
 from tests.docker.tool_rig import runner_image  # noqa: F401 - the fixture, used by name
@@ -26,7 +26,8 @@ from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by 
 if TYPE_CHECKING:
     from runtime.nodes.control.remote import RemoteNode  # imports Ray: only where a node is used
 
-cluster = module_cluster(nodes=1)  # only the cluster-node adapter brings it up
+cluster = own_cluster(nodes=1)  # only the cluster-node adapter brings it up (its agents:
+# no session disks, so not the run's shared cluster, whose agents have them)
 
 
 @pytest.fixture(scope="module")
