@@ -212,6 +212,7 @@ class Kernel:
         config = Config()
         config.HistoryManager.enabled = False
         config.InteractiveShell.colors = "NoColor"
+        config.DisplayFormatter.active_types = list(KEEP_MIMES)  # the rest is never sent
         self.shell = InteractiveShell.instance(config=config)
         hook = self.shell.displayhook
         hook.write_output_prompt = lambda: None
