@@ -42,14 +42,15 @@ def _policy(tmp: Path) -> Path:
     return path
 
 
-def _serve(tmp: Path, cluster: Cluster, token: Path | None = None) -> Server:
+def _serve(tmp: Path, cluster: Cluster, token: Path | None = None,
+           env: dict[str, str] | None = None) -> Server:
     keys = tmp / "data" / "keys"
     keys.mkdir(parents=True, exist_ok=True)
     if not (keys / "cluster-token").exists():
         shutil.copyfile(token or cluster.token_file, keys / "cluster-token")
         (keys / "cluster-token").chmod(0o600)
     return start_server(tmp, _policy(tmp), {"NAVI_CLUSTER": cluster.address,
-                                            "NAVI_WARM_POOL_SIZE": "0"})
+                                            "NAVI_WARM_POOL_SIZE": "0", **(env or {})})
 
 
 class Plane:
@@ -270,8 +271,9 @@ def test_a_control_plane_with_a_wrong_token_is_refused_at_start(
 ) -> None:
     wrong = tmp_path / "wrong-token"
     wrong.write_text("0" * 64)
-    try:
-        server = _serve(tmp_path, cluster, token=wrong)
+    try:  # Ray's join tries the GCS once a second, 20 times unless told: 3 are enough here
+        server = _serve(tmp_path, cluster, token=wrong,
+                        env={"RAY_gcs_server_port_wait_time_s": "3"})
     except RuntimeError as exc:  # it exited: how
         assert "could not join the Ray cluster" in str(exc) and "InvalidAuthToken" in str(exc)
     else:
