@@ -35,6 +35,7 @@ class ProcessOnNode(BaseModel):
     frame: bytes = Field(max_length=MAX_FRAME)
     env: dict[str, str] = Field(default_factory=dict, max_length=32)
     home: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{0,255}$")
+    ports: list[int] = Field(default_factory=list, max_length=16)  # served by its relay
 
     @model_validator(mode="after")
     def _plain(self) -> ProcessOnNode:
@@ -42,7 +43,15 @@ class ProcessOnNode(BaseModel):
             raise ValueError("a process takes no gate, objects or stdin beside its frame")
         if self.run.request.exec_id != self.record:
             raise ValueError("a process's request is named by its record")
+        if any(not 1024 <= p <= 65535 for p in self.ports):
+            raise ValueError("a port is 1024-65535")
         return self
+
+
+class PortOpen(Where):
+    """A byte stream to a declared port of a running process of the session (on the node)."""
+
+    port: int = Field(ge=1024, le=65535)
 
 
 class ProcessAct(Where):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +30,7 @@ SERVE_TARGET = "/run/navi/serve"
 PORT_MIN, PORT_MAX = 1024, 65535
 R = TypeVar("R", bound=Invocation)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+RemoteOpener = Callable[[int], Awaitable[Stream]]
 
 
 def check_port(port: int) -> int:
@@ -51,6 +53,8 @@ class PortsHub:
         self.root = root
         self._brokers: dict[str, SessionBroker] = {}
         self._session_of: dict[str, str] = {}  # process id -> session
+        # ports of processes on cluster nodes: session -> port -> (process id, opener)
+        self._remote: dict[str, dict[int, tuple[str, RemoteOpener]]] = {}
 
     async def _broker(self, session: str) -> SessionBroker:
         broker = self._brokers.get(session)
@@ -107,7 +111,20 @@ class PortsHub:
                                      tuple(sorted(set(ports))))
             self._session_of[process_id] = session
 
+    def add_remote(self, session: str, process_id: str, ports: list[int],
+                   opener: RemoteOpener) -> None:
+        """A process on a cluster node declared ``ports``: its node's agent is the way to
+        them (``runtime.nodes.agent.ports``); ``opener(port)`` is a stream to one."""
+        taken = self._remote.setdefault(session, {})
+        for port in ports:
+            taken[check_port(port)] = (process_id, opener)
+
     async def process_ended(self, process_id: str) -> None:
+        for remote_session, taken in list(self._remote.items()):
+            for port in [p for p, (owner, _) in taken.items() if owner == process_id]:
+                del taken[port]
+            if not taken:
+                del self._remote[remote_session]
         session = self._session_of.pop(process_id, None)
         broker = self._brokers.get(session) if session is not None else None
         if broker is not None and session is not None:
@@ -118,7 +135,7 @@ class PortsHub:
 
     # -- everything else a session runs ------------------------------------------------------
 
-    def for_call(self, session: str, invocation: Invocation) -> Invocation:
+    def for_call(self, session: str, invocation: R) -> R:
         """A listener on 127.0.0.1:<port> for each port of the session's running processes."""
         broker = self._brokers.get(session)
         ports = sorted(broker.ports()) if broker is not None else []
@@ -148,13 +165,20 @@ class PortsHub:
 
     def running_ports(self, session: str) -> dict[int, str]:
         broker = self._brokers.get(session)
-        return broker.ports() if broker is not None else {}
+        found = broker.ports() if broker is not None else {}
+        remote = self._remote.get(session)
+        if remote:
+            found = {**found, **{port: owner for port, (owner, _) in remote.items()}}
+        return found
 
     def running_port(self, session: str, port: int) -> str | None:
         """The running process of ``session`` that declared ``port``, if any."""
         return self.running_ports(session).get(port)
 
     async def open(self, session: str, port: int) -> Stream:
+        remote = self._remote.get(session, {}).get(port)
+        if remote is not None:
+            return await remote[1](port)
         broker = self._brokers.get(session)
         if broker is None or port not in broker.ports():
             raise NotFound(f"no running process of this session declares port {port}")
@@ -162,6 +186,7 @@ class PortsHub:
 
     async def release_session(self, session: str) -> None:
         """The session is gone: its sockets and directories too."""
+        self._remote.pop(session, None)
         broker = self._brokers.pop(session, None)
         if broker is not None:
             for process_id in list(broker.ports().values()):

@@ -7,7 +7,8 @@ audit, and the output log. The node streams the output back in batches as it com
 (`runtime.nodes.control.processes`), and `NodeLiveProcess` writes it into the same
 `OutputLog` a process here writes, so list, output, wait, follow and the session's events
 work unchanged; `Ends` ends it as any other (its signals, exit state and removal go over
-the hop). Limits (docs/processes.md): no declared ports and no egress on a node yet (409);
+the hop). Its declared ports are served by the node's relay broker and reached over the hop
+(`PortsHub.add_remote`). Limits (docs/processes.md): no egress on a node yet (409);
 its stdin, like its output, passes through the control plane; a control plane that stops
 ends its node processes (`interrupted`: the stream that reports them goes with it).
 """
@@ -55,9 +56,6 @@ class NodeStream(Protocol):
 
 def check_on_node(subject: Subject, spec: StartSpec, decision: Decision) -> None:
     """What a process on a node cannot have yet: refused before anything is recorded."""
-    if spec.ports:
-        raise Conflict(f"ports of background processes on cluster node {subject.node!r} are "
-                       "not supported yet (start it without ports, or in a session here)")
     if decision.egress_allowlist:
         raise Conflict(f"egress of background processes on cluster node {subject.node!r} is "
                        "not supported yet")
@@ -153,7 +151,7 @@ async def launch_on_node(table: ProcessTable, ends: Ends, subject: Subject, spec
     outlog = await asyncio.to_thread(ends.log_of, record)
     stream: NodeStream = await remote.start(
         request, lifetime_s=lifetime_s, frame=frame, env={**extras.env, **TINI_GROUP_ENV},
-        home=extras.workdir)
+        home=extras.workdir, ports=list(record.ports))
     try:
         await table.records.set_container(record.id, stream.container)
     except BaseException:
@@ -161,5 +159,13 @@ async def launch_on_node(table: ProcessTable, ends: Ends, subject: Subject, spec
         raise
     live = NodeLiveProcess(record.model_copy(update={"container": stream.container}),
                            stream, outlog, services.hub.bus(subject.session))
+    ports = getattr(services, "ports", None)  # the server's `PortsService`, if it runs one
+    if record.ports and ports is not None:  # reached over the hop (`PortsHub.add_remote`)
+        tenant, session = subject.tenant, subject.session
+
+        async def opener(port: int) -> Any:
+            return await remote.open_port(tenant, session, port)
+
+        ports.hub.add_remote(session, record.id, list(record.ports), opener)
     ends.watch(live, lifetime_s)
     return live

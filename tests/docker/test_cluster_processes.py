@@ -5,7 +5,9 @@ each session lives on a node, whose disk the control plane does not see. A proce
 container runs on its node's engine (none on the control plane's), with the session's
 /workspace from the node's disk; its output comes back over the hop into the control plane's
 log, so output, wait, the session's events, input, signals, audit, the lifetime cap, the
-counts and the session's end work as on one machine (`runtime.processes.on_node`).
+counts and the session's end work as on one machine (`runtime.processes.on_node`); a declared
+port is served by the node's relay and reached through the API and a preview link over the
+hop, and the session's later calls on the node reach it at 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def test_a_process_on_a_node_runs_there_takes_input_stops_and_is_audited(
     assert audit["process.exit"]["detail"] == "reason stopped"
 
 
-def test_limits_lifetime_ports_and_the_sessions_end_on_a_node(
+def test_limits_lifetime_and_the_sessions_end_on_a_node(
     plane: Plane, cluster: Cluster,
 ) -> None:
     loop = "while true; do echo tick; sleep 0.2; done"
@@ -188,9 +190,6 @@ def test_limits_lifetime_ports_and_the_sessions_end_on_a_node(
         third = c.post(f"/v1/sessions/{s['id']}/processes", json={"command": loop})
         assert third.status_code == 429, third.text  # limits.processes.max_per_session
         assert third.json()["error"]["code"] == "quota_exceeded"
-        ported = c.post(f"/v1/sessions/{s['id']}/processes",
-                        json={"command": loop, "ports": [8000]})
-        assert ported.status_code == 409 and "not supported yet" in ported.text, ported.text
         wait_for(lambda: "tick" in output(c, s["id"], second), what="a tick")
         assert len(containers_of(engine, first) + containers_of(engine, second)) == 2
         assert ended(c, short["id"], capped, within_s=30)["reason"] == "lifetime"
@@ -200,3 +199,37 @@ def test_limits_lifetime_ports_and_the_sessions_end_on_a_node(
     exits = {r["object"]: r["detail"] for r in plane.audit(session=s["id"])
              if r.get("action") == "process.exit"}
     assert exits == {first: "reason session_ended", second: "reason session_ended"}
+
+
+SERVER = "python3 -m http.server 8000 --bind 127.0.0.1"
+
+
+def test_a_declared_port_on_a_node_through_the_api_a_preview_and_a_later_call(
+    plane: Plane, cluster: Cluster,
+) -> None:
+    s = plane.session()
+    with client(plane) as c:
+        assert c.put(f"/v1/sessions/{s['id']}/files/site/index.txt", content=b"on the node\n"
+                     ).status_code == 201
+        pid = start(c, s["id"], SERVER, cwd="site", ports=[8000])["id"]
+        base = f"/v1/sessions/{s['id']}/ports/8000"
+        got = wait_for(lambda: (r := c.get(f"{base}/index.txt")).status_code == 200 and r,
+                       60, "the server to answer through the API")
+        assert got.content == b"on the node\n" and got.headers["x-content-type-options"] == \
+            "nosniff"
+        assert c.get(f"/v1/sessions/{s['id']}/ports/8001/").status_code == 404
+        link = c.post(f"/v1/sessions/{s['id']}/previews", json={"port": 8000})
+        assert link.status_code == 201, link.text
+        url = httpx.URL(link.json()["url"])
+        shown = httpx.get(f"http://127.0.0.1:{url.port}/index.txt", timeout=30,
+                          headers={"Host": url.netloc.decode()})  # no token: the link's origin
+        assert shown.status_code == 200 and shown.content == b"on the node\n", shown.text
+        later = c.post(f"/v1/sessions/{s['id']}/exec", json={"tool": "code_exec", "args": {
+            "language": "python", "code": "import urllib.request as u\n"
+            "print(u.urlopen('http://127.0.0.1:8000/index.txt', timeout=10).read().decode())"}})
+        assert later.status_code == 200 and later.json()["stdout"] == "on the node\n\n", \
+            later.text
+        assert c.delete(f"/v1/sessions/{s['id']}/processes/{pid}").status_code == 204
+        assert c.get(f"{base}/index.txt").status_code == 404  # its port went with it
+        assert httpx.get(f"http://127.0.0.1:{url.port}/index.txt", timeout=30,
+                         headers={"Host": url.netloc.decode()}).status_code != 200

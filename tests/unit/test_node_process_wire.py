@@ -54,7 +54,7 @@ def _act(session: str, **fields: Any) -> bytes:
 
 
 async def test_an_act_reaches_only_a_process_of_the_session_it_names() -> None:
-    processes = NodeProcesses(None, None, lambda w: w.call(), lambda: None)  # type: ignore[arg-type]
+    processes = NodeProcesses(None, None, lambda w: w.call(), lambda: None, None)  # type: ignore[arg-type]
     theirs = new_session_id()
     processes.running[PID] = _Running(TENANT, theirs, "c0ffee", None, stdin_open=False,
                                       lock=threading.Lock())

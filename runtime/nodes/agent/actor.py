@@ -39,6 +39,7 @@ from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
 from runtime.nodes.agent.cluster_addresses import ClusterAddresses
 from runtime.nodes.agent.objects import NodeObjects
+from runtime.nodes.agent.ports import NodePorts
 from runtime.nodes.agent.processes import NodeProcesses
 from runtime.nodes.agent.resolve import relative, resolved
 from runtime.nodes.agent.snapshots import SnapshotMethods
@@ -104,9 +105,11 @@ class NodeAgent(SnapshotMethods):
         self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[Any]] = []
+        self.ports = NodePorts(self.settings.data_dir / "ports")  # `port_open`
         self.processes = NodeProcesses(  # background processes: `process_start`
             self.backend, self.workspaces,
-            lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready)
+            lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready,
+            self.ports.hub)
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class NodeAgent(SnapshotMethods):
 
     async def close(self) -> None:
         await self.processes.close()
+        await self.ports.close()
         for task in self._background:
             task.cancel()
         await self.machine.close()
@@ -314,6 +318,7 @@ class NodeAgent(SnapshotMethods):
             gate = self._gate(exec_id) if wanted.gated else None
             request = await asyncio.to_thread(resolved, wanted, self.workspaces,
                                               self.objects)
+            request = self.ports.hub.for_call(request.session, request)  # its ports here
             if request.workspace is not None or request.tmp is not None:
                 lease = await asyncio.to_thread(self.workspaces.open, request.tenant,
                                                 request.session)
@@ -375,3 +380,11 @@ class NodeAgent(SnapshotMethods):
     async def process_act(self, payload: bytes) -> None | Failed:
         """Input, EOF or a signal for a running process (`ProcessAct`)."""
         return await self.processes.act(payload)
+
+    async def port_open(self, payload: bytes) -> AsyncIterator[Any]:
+        """Streaming: a declared port's bytes (`runtime.nodes.agent.ports`)."""
+        async for item in self.ports.open(payload):
+            yield item
+
+    async def port_send(self, handle: str, data: bytes) -> None | Failed:
+        return await self.ports.send(handle, data)

@@ -29,9 +29,11 @@ from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.process_wire import ProcessAct, ProcessEnd, ProcessOnNode
 from runtime.nodes.wire import RunOnNode, parsed
+from runtime.ports.hub import PortsHub
 from runtime.processes.container import ProcessContainers
 from runtime.sandbox.docker import attach
 from runtime.sandbox.docker.backend import DockerBackend
+from runtime.sandbox.docker.spec import BindMount
 from runtime.sandbox.models import ExecRequest, OutputChunk
 from runtime.streaming import Feed
 from runtime.workspace import Workspace
@@ -78,8 +80,9 @@ class NodeProcesses:
 
     def __init__(self, backend: DockerBackend, workspaces: Workspaces,
                  resolve: Callable[[RunOnNode], ExecRequest],
-                 ready: Callable[[], Awaitable[object]]) -> None:
+                 ready: Callable[[], Awaitable[object]], ports: PortsHub) -> None:
         self.containers = ProcessContainers(backend)
+        self.ports = ports  # the node's relay broker (`runtime.nodes.agent.ports`)
         self.workspaces = workspaces
         self.resolve = resolve
         self.ready = ready
@@ -90,6 +93,7 @@ class NodeProcesses:
         container: str | None = None
         attached: Any = None
         record: str | None = None
+        ported: str | None = None
         ended = False
         try:
             try:
@@ -101,9 +105,19 @@ class NodeProcesses:
                 request = await asyncio.to_thread(self.resolve, want.run)
                 lease = await asyncio.to_thread(self.workspaces.open, request.tenant,
                                                 request.session)
+                mounts: tuple[BindMount, ...] = ()
+                prefix: tuple[str, ...] = ()
+                ported = record
+                relay = await self.ports.relay_for_process(request.session, record,
+                                                           want.ports)
+                if relay is not None:  # as a process here gets it (`PortsService`)
+                    mounts = tuple(BindMount(source=str(m.source), target=m.target)
+                                   for m in relay[0])
+                    prefix = tuple(relay[1])
                 spec = await self.containers.spec(request, record_id=record,
                                                   lifetime_s=want.lifetime_s,
-                                                  env=dict(want.env), home=want.home)
+                                                  env=dict(want.env), home=want.home,
+                                                  mounts=mounts, argv_prefix=prefix)
                 container = await self.containers.create(spec)
                 attached = await self.containers.attach_and_start(container)
                 with contextlib.suppress(OSError):  # a program that exits first: its status
@@ -123,6 +137,9 @@ class NodeProcesses:
             if record is not None:
                 self.running.pop(record, None)
             await asyncio.shield(self._clean(container, attached, lease, killed=not ended))
+            if ported is not None:
+                with contextlib.suppress(Exception):
+                    await self.ports.process_ended(ported)
 
     async def _output(self, attached: Any, container: str) -> AsyncIterator[list[Any]]:
         loop = asyncio.get_running_loop()

@@ -11,14 +11,16 @@ makes the node kill and remove the container. A lost node ends the stream with
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import ray
 
 from runtime.nodes.control.hop import LOST, Hop, wire
-from runtime.nodes.process_wire import ProcessAct, ProcessEnd, ProcessOnNode, Signal
+from runtime.nodes.process_wire import PortOpen, ProcessAct, ProcessEnd, ProcessOnNode, Signal
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, OutputChunk
 
@@ -69,11 +71,12 @@ class RemoteProcesses:
         self._hop = hop
 
     async def start(self, request: ExecRequest, *, lifetime_s: float, frame: bytes,
-                    env: dict[str, str], home: str | None) -> NodeProcess:
+                    env: dict[str, str], home: str | None, ports: list[int]) -> NodeProcess:
         """The process's container runs on the node (`request.exec_id` names its record)."""
         link = self._hop
         want = ProcessOnNode(run=RunOnNode.of(request, [], False), record=request.exec_id,
-                             lifetime_s=lifetime_s, frame=frame, env=env, home=home)
+                             lifetime_s=lifetime_s, frame=frame, env=env, home=home,
+                             ports=ports)
         try:
             stream: Any = link.actor.process_start.options(
                 num_returns="streaming").remote(wire(want))
@@ -84,3 +87,56 @@ class RemoteProcesses:
             raise link.lost(exc) from None
         container = await link.wait(ref)  # a `Failed` raised as what the node refused
         return NodeProcess(link, stream, request, str(container))
+
+    async def open_port(self, tenant: str, session: str, port: int
+                        ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A byte stream to a declared port on the node, as a local stream pair: one end
+        of a socket pair for the proxy, the other bridged to the node's `port_open`
+        stream and `port_send` calls (in order, one at a time)."""
+        link = self._hop
+        try:
+            stream: Any = link.actor.port_open.options(num_returns="streaming").remote(
+                wire(PortOpen(tenant=tenant, session=session, port=port)))
+            ref = await stream.__anext__()
+        except StopAsyncIteration as exc:
+            raise link.lost(exc) from None
+        except LOST as exc:
+            raise link.lost(exc) from None
+        handle = str(await link.wait(ref))  # NotFound, PortUnreachable: raised as they were
+        ours, theirs = socket.socketpair()
+        far_reader, far_writer = await asyncio.open_connection(sock=theirs)
+
+        async def down() -> None:  # the program's bytes to the proxy
+            try:
+                async for ref in stream:
+                    data = await link.wait(ref)
+                    if not data:
+                        break
+                    far_writer.write(data)
+                    await far_writer.drain()
+            finally:
+                with contextlib.suppress(OSError):
+                    far_writer.write_eof()
+
+        async def up() -> None:  # the proxy's bytes to the program
+            while data := await far_reader.read(64 * 1024):
+                await link.wait(link.actor.port_send.remote(handle, data))
+            await link.wait(link.actor.port_send.remote(handle, b""))
+
+        async def bridge() -> None:
+            try:
+                await asyncio.gather(down(), up())
+            except Exception:
+                pass
+            finally:
+                far_writer.close()
+                with contextlib.suppress(Exception):
+                    ray.cancel(stream)
+
+        task = asyncio.ensure_future(bridge())
+        _BRIDGES.add(task)
+        task.add_done_callback(_BRIDGES.discard)
+        return await asyncio.open_connection(sock=ours)
+
+
+_BRIDGES: set[asyncio.Future[None]] = set()  # running port bridges (kept referenced)
