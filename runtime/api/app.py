@@ -53,7 +53,7 @@ from runtime.api.services import Services
 from runtime.audit.changes import ChangeLimiter
 from runtime.audit.refusals import RefusalLimiter
 from runtime.audit.store import AuditLog
-from runtime.cluster.serving import join_cluster
+from runtime.cluster.serving import cluster_plane, join_cluster
 from runtime.config import Settings
 from runtime.errors import NaviError
 from runtime.events import EventHub, ReplayLimits
@@ -61,7 +61,7 @@ from runtime.executor import Executor
 from runtime.kernels.service import for_app as kernel_service
 from runtime.logging import get_logger
 from runtime.metrics import Metrics
-from runtime.nodes import LocalNode, NodeBackends, Nodes
+from runtime.nodes import LocalNode, NodeBackends, Nodes, NodeTable
 from runtime.nodes.machine import Machine
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.plan_mode import PlanModes
@@ -77,8 +77,10 @@ from runtime.store import Store
 from runtime.store.ids import TenantId
 from runtime.store.secrets import SecretBox, SecretStore
 from runtime.store.shares import ShareStore
+from runtime.store.tenants import Tenants
 from runtime.tools import build_tools
 from runtime.tools.user.migrate import migrate_at_start
+from runtime.tools.user.objects import objects_root, tenant_copy_bytes
 from runtime.workspace.activity import call_on_loop
 
 log = get_logger(__name__)
@@ -100,12 +102,22 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
         await audit.open()
         opened.append(audit.close)
         await close_interrupted_turns(store)  # holding the audit lock: no other server
-        machine = Machine(settings, instance_id=instance, backend=backend)  # a node's too
+        tenants = Tenants(store, uid_base=settings.sandbox_uid_base,
+                          host_passwd=settings.host_passwd)
+        logs = settings.data_dir / "processes"  # background processes' output logs
+        copies_root = objects_root(settings.data_dir)
+        machine = Machine(  # as a node's
+            settings, instance_id=instance, backend=backend,
+            tenant_limit=_tenant_limit(policy, tenants),
+            count_also=lambda tenant_id: (  # in the tenants' disk quotas
+                tenant_copy_bytes(copies_root, tenant_id) + tenant_log_bytes(logs, tenant_id)))
         workspaces, backend = machine.workspaces, machine.backend
         await machine.open_disks()  # before the backend mounts anything
         opened.append(lambda: asyncio.to_thread(workspaces.close))
         opened.append(backend.close)
-        nodes = Nodes(LocalNode(workspaces, backend))  # a cluster adds its nodes
+        table = NodeTable(LocalNode(workspaces, backend))  # a cluster adds its nodes
+        plane = cluster_plane(settings, table, store)  # NAVI_CLUSTER (unset: None)
+        nodes = Nodes(table, placement=plane)
         secrets = SecretStore(store, SecretBox.in_data_dir(settings.data_dir))
         executor = Executor(engine=policy, backend=NodeBackends(nodes), audit=audit,
                             resolve_image=lambda name: image_ref(name, settings),
@@ -128,9 +140,6 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                             questions=questions, plan_modes=plan_modes,
                             kernels=kernels)
         copies = tools.user_tools.store
-        logs = settings.data_dir / "processes"  # background processes' output logs
-        workspaces.count_also = lambda tenant_id: (  # in the tenants' disk quotas
-            copies.objects.tenant_bytes(tenant_id) + tenant_log_bytes(logs, tenant_id))
         await migrate_at_start(copies, audit)  # tenant tools a new built-in's name took
         await asyncio.to_thread(copies.collect_all)  # nothing runs yet: unreferenced go
         await tools.open()
@@ -143,7 +152,7 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
                 await close()
         raise
     services = Services(settings=settings, store=store, audit=audit, policy=policy,
-                        backend=backend, executor=executor, tools=tools,
+                        backend=backend, executor=executor, tools=tools, tenants=tenants,
                         workspaces=workspaces, nodes=nodes, agent=agent,
                         metrics=metrics, hub=hub, secrets=secrets, questions=questions,
                         plan_modes=plan_modes,
@@ -156,30 +165,29 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     reflector.services = services
     await _start_ports(services)
     services.background.append(services.hub.start_sweeper())
-    _release_idle_sessions(services, machine)
+    services.background += machine.start_idle_release()  # (runtime.workspace.activity)
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
         kernels.token_ended = services.token_ended  # and ended with their token
         services.background.append(asyncio.create_task(kernels.sweep_idle()))
     await _start_sandbox(services, machine)
     try:
-        await join_cluster(services)  # NAVI_CLUSTER: execution nodes (unset: nothing)
+        await join_cluster(services, plane)  # NAVI_CLUSTER: execution nodes (unset: nothing)
     except BaseException:
         await services.close()
         raise
     return services
 
 
-def _release_idle_sessions(services: Services, machine: Machine) -> None:
-    """Session disks are released when idle (runtime.workspace.activity): their warm
-    containers go first, and a disk mounted again is admitted against the tenant's quota."""
+def _tenant_limit(policy: PolicyEngine, tenants: Tenants) -> Callable[[str], int]:
+    """A tenant's disk quota in bytes by its id, from a worker thread: what a session disk
+    mounted again is admitted against."""
     loop = asyncio.get_running_loop()
 
-    async def tenant_limit(tenant_id: str) -> int:
-        quotas = services.policy.quotas(await services.tenants.name(TenantId(tenant_id)))
+    async def limit(tenant_id: str) -> int:
+        quotas = policy.quotas(await tenants.name(TenantId(tenant_id)))
         return quotas.tenant_disk_mb * 1024 * 1024
 
-    services.background += machine.bind(lambda tenant_id: call_on_loop(
-        loop, lambda: tenant_limit(tenant_id)))
+    return lambda tenant_id: call_on_loop(loop, lambda: limit(tenant_id))
 
 
 async def _start_ports(services: Services) -> None:

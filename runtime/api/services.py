@@ -71,6 +71,7 @@ class Services:
     tools: ToolServices
     workspaces: Workspaces  # this machine's session disks (the local node's)
     nodes: Nodes  # where each session lives: `nodes.for_session(record)`
+    tenants: Tenants  # tenant id -> name, sandbox uid (cached)
     hub: EventHub = field(default_factory=EventHub)
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     metrics: Metrics = field(default_factory=Metrics)
@@ -84,13 +85,10 @@ class Services:
     ports: PortsService | None = None  # session ports, their proxy and preview origin
     session_create_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     reads: HeldReads = field(default_factory=HeldReads)  # downloads in flight, cut on delete
-    tenants: Tenants = field(init=False)  # tenant id -> name, sandbox uid (cached)
     token_watch: TokenWatch = field(init=False)  # streams end when their token is revoked
     verifier: ChainVerifier = field(init=False)  # /v1/audit/verify, on a worker of its own
 
     def __post_init__(self) -> None:
-        self.tenants = Tenants(self.store, uid_base=self.settings.sandbox_uid_base,
-                               host_passwd=self.settings.host_passwd)
         self.token_watch = TokenWatch(self.store)
         self.verifier = ChainVerifier(self.settings.data_dir, head=lambda: self.audit.head)
 

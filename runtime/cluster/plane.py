@@ -22,9 +22,10 @@ from typing import Literal, Protocol
 from runtime.cluster import link
 from runtime.cluster.link import RayNode
 from runtime.cluster.placement import Candidate, natural_key, place
-from runtime.errors import NodeUnavailable
+from runtime.errors import NodeUnavailable, NotFound
 from runtime.logging import get_logger
-from runtime.nodes import Nodes, SessionNode
+from runtime.nodes import NodeTable, SessionNode
+from runtime.store import SessionRecord
 
 log = get_logger(__name__)
 
@@ -32,7 +33,11 @@ REFRESH_S = 2.0
 
 
 class SessionCounts(Protocol):
+    """What the plane reads of the store: sessions per node, and a session's node."""
+
     async def sessions_per_node(self) -> dict[str, int]: ...
+
+    async def get_session(self, tenant_id: str, session_id: str) -> SessionRecord | None: ...
 
 
 AgentFor = Callable[[RayNode], SessionNode]
@@ -51,15 +56,16 @@ class NodeView:
 
 
 class ClusterPlane:
-    def __init__(self, address: str, token: Path, nodes: Nodes, store: SessionCounts,
-                 agent_for: AgentFor, running_on: Callable[[str], int] = lambda _n: 0
-                 ) -> None:
+    """The `Placement` of the server's `Nodes`; keeps their `NodeTable` (made first, given
+    to both)."""
+
+    def __init__(self, address: str, token: Path, nodes: NodeTable, store: SessionCounts,
+                 agent_for: AgentFor) -> None:
         self.address = address
         self.token = token
         self.nodes = nodes
         self.store = store
         self.agent_for = agent_for
-        self.running_on = running_on
         self.known: dict[str, RayNode] = {}  # every execution node seen, dead or alive
         self._serving: dict[str, str] = {}  # node id -> the Ray node id its agent runs on
         self._lost: dict[str, str] = {}  # node id -> Ray node id whose agent failed a call
@@ -156,14 +162,19 @@ class ClusterPlane:
                                   "a new session")
         return chosen
 
-    async def placer(self) -> SessionNode:
-        """`Nodes.placer`: the node itself."""
-        return self.nodes.get(await self.place())
+    async def node_of(self, tenant_id: str, session_id: str) -> str:
+        """The node a session lives on, as the store keeps it (`NotFound` if no session)."""
+        record = await self.store.get_session(tenant_id, session_id)
+        if record is None:
+            raise NotFound("no such session")
+        return record.node
 
-    async def describe(self) -> list[NodeView]:
+    async def describe(self, running_on: Callable[[str], int] = lambda _n: 0
+                       ) -> list[NodeView]:
+        """Every node seen, dead or alive; `running_on`: calls in flight per node."""
         await self.refresh()
         counts = await self.store.sessions_per_node()
         return [NodeView(id=n.id, address=n.address,
                          state="alive" if self.alive(n.id) else "dead",
-                         sessions=counts.get(n.id, 0), running=self.running_on(n.id))
+                         sessions=counts.get(n.id, 0), running=running_on(n.id))
                 for n in sorted(self.known.values(), key=lambda n: natural_key(n.id))]

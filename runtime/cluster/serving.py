@@ -1,9 +1,10 @@
-"""`NAVI_CLUSTER` in `navi serve`: join the cluster and hook it into the server's `Nodes`.
+"""`NAVI_CLUSTER` in `navi serve`: the control plane the server's `Nodes` place sessions with.
 
-Unset, nothing here runs and nothing is imported from Ray: one machine, as before. Set, the
-server joins with `<data_dir>/keys/cluster-token` (refused at start without it), registers
-a `RemoteNode` per live node agent, places new sessions on them (`Nodes.placer`) and finds
-a session's node in the store (`Nodes.lookup`).
+Unset, nothing here runs and nothing is imported from Ray: one machine, as before. Set,
+`cluster_plane` makes the plane before the server's `Nodes` (it keeps their `NodeTable` and
+is their `Placement`: new sessions placed on the live nodes, a session's node found in the
+store); `join_cluster` joins with `<data_dir>/keys/cluster-token` (refused at start without
+it) and registers a `RemoteNode` per live node agent.
 """
 
 from __future__ import annotations
@@ -12,34 +13,25 @@ from typing import TYPE_CHECKING, Protocol
 
 from runtime.cluster import link
 from runtime.cluster.link import RayNode
-from runtime.cluster.plane import ClusterPlane
-from runtime.errors import NotFound
-from runtime.nodes import SessionNode
+from runtime.cluster.plane import ClusterPlane, SessionCounts
+from runtime.nodes import NodeTable, SessionNode
 
 if TYPE_CHECKING:
     from runtime.config import Settings
-    from runtime.executor import Executor
-    from runtime.nodes import Nodes
-    from runtime.store import Store
-
+    
 
 class JoinDeps(Protocol):
     """What joining needs of the server (the API's `Services` is one; this package never
-    imports `runtime.api`): its settings, store, nodes and executor, and where the plane
-    goes."""
+    imports `runtime.api`): where the plane goes once joined."""
 
-    settings: Settings
-    store: Store
-    nodes: Nodes
-    executor: Executor
-    cluster: ClusterPlane | None  # set here, once joined
+    cluster: ClusterPlane | None
 
 
-async def join_cluster(services: JoinDeps) -> ClusterPlane | None:
-    settings = services.settings
+def cluster_plane(settings: Settings, table: NodeTable, store: SessionCounts
+                  ) -> ClusterPlane | None:
+    """The plane for `NAVI_CLUSTER` (not joined yet; None when unset)."""
     if settings.cluster is None:
         return None
-    store, nodes = services.store, services.nodes
 
     def agent(node: RayNode) -> SessionNode:
         # imported once joined: Ray reads its token settings when it is first imported
@@ -47,19 +39,14 @@ async def join_cluster(services: JoinDeps) -> ClusterPlane | None:
 
         return agent_for(node.id, node.ray_id, on_lost=plane.lost)
 
-    async def lookup(tenant_id: str, session_id: str) -> str:
-        record = await store.get_session(tenant_id, session_id)
-        if record is None:
-            raise NotFound("no such session")
-        return record.node
-
-    backends = services.executor.backend
-    running_on = getattr(backends, "running_on", None)
-    plane = ClusterPlane(settings.cluster, link.token_file(settings.data_dir), nodes, store,
-                         agent_for=agent,
-                         running_on=running_on if callable(running_on) else lambda _n: 0)
-    await plane.start()
-    nodes.placer = plane.placer
-    nodes.lookup = lookup
-    services.cluster = plane
+    plane = ClusterPlane(settings.cluster, link.token_file(settings.data_dir), table, store,
+                         agent_for=agent)
     return plane
+
+
+async def join_cluster(services: JoinDeps, plane: ClusterPlane | None) -> None:
+    """Join (a `ClusterError` when the cluster refuses or is not there) and follow it."""
+    if plane is None:
+        return
+    await plane.start()
+    services.cluster = plane

@@ -7,7 +7,7 @@ caller now asks `Nodes` for the session's `SessionNode` and does the same things
 whether the node is this process (`LocalNode`: today's code, unchanged) or a Ray node agent
 (`runtime.nodes.control.remote.RemoteNode`).
 
-    nodes = Nodes(LocalNode(workspaces, backend))
+    nodes = Nodes(NodeTable(LocalNode(workspaces, backend)), placement=None)  # a cluster's
     node = nodes.for_session(record)          # by record.node; NodeUnavailable if unknown
     node = nodes.get(subject.node)
     path = node.create(tenant, session, uid=..., disk_bytes=..., tenant_disk_bytes=...)
@@ -22,6 +22,9 @@ always was); the backend side is async.
 
 from runtime.nodes.base import LOCAL, OpenFiles, SessionNode
 from runtime.nodes.local import LocalNode
-from runtime.nodes.registry import NodeBackends, Nodes
+from runtime.nodes.registry import NodeBackends, Nodes, NodeTable, Placement
 
-__all__ = ["LOCAL", "LocalNode", "NodeBackends", "Nodes", "OpenFiles", "SessionNode"]
+__all__ = [
+    "LOCAL", "LocalNode", "NodeBackends", "NodeTable", "Nodes", "OpenFiles", "Placement",
+    "SessionNode",
+]

@@ -3,7 +3,7 @@
 Without a cluster there is one, `LocalNode` ("local"). With one, `runtime.cluster` adds a
 `RemoteNode` per live node agent (`add`) and drops it when it leaves (`discard`); a
 session's node id is kept in the store (`SessionRecord.node`) and in its calls' `Subject`.
-`place` picks a new session's node (`placer`, set by the cluster; else local).
+`place` picks a new session's node (the cluster's `placement`; else local).
 `NodeBackends` is the Executor's backend: it runs each request on `request.node`'s backend.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from typing import Protocol
 
 from runtime.errors import NodeUnavailable
 from runtime.nodes.base import SessionNode
@@ -20,50 +21,20 @@ from runtime.sandbox.models import ExecRequest, ExecResult
 from runtime.store import SessionRecord
 
 
-class Nodes:
-    """Node id -> `SessionNode`; an id with no node is `NodeUnavailable` (503)."""
+class NodeTable:
+    """Node id -> `SessionNode`: this machine's and, in a cluster, each live node agent's
+    (`runtime.cluster` adds and drops them); an id with no node is `NodeUnavailable` (503).
+    Made first and given both to `Nodes` (which reads it) and to the cluster (which keeps it)."""
 
     def __init__(self, local: SessionNode) -> None:
         self.local = local
         self._nodes: dict[str, SessionNode] = {local.id: local}
-        # where a new session goes; `runtime.cluster` sets it (default: this machine)
-        self.placer: Callable[[], Awaitable[SessionNode]] | None = None
-        # (tenant, session) -> its node id from the store; `runtime.cluster` sets it
-        self.lookup: Callable[[str, str], Awaitable[str]] | None = None
-
-    async def place(self) -> SessionNode:
-        """The node a new session is made on."""
-        if self.placer is None:
-            return self.local
-        return await self.placer()
 
     def get(self, node_id: str) -> SessionNode:
         node = self._nodes.get(node_id)
         if node is None:
             raise NodeUnavailable(node_id)
         return node
-
-    def for_session(self, record: SessionRecord) -> SessionNode:
-        """The node the session lives on (`record.node`)."""
-        return self.get(record.node)
-
-    async def of_session(self, tenant_id: str, session_id: str) -> SessionNode:
-        """The node of a session known by id only (a shared link): this machine without a
-        cluster, else the store's answer (`lookup`)."""
-        if self.lookup is None:
-            return self.local
-        return self.get(await self.lookup(tenant_id, session_id))
-
-    async def state_of(self, record: SessionRecord) -> str:
-        """The session's `state` as its node says it (a hop for a remote node; `idle`
-        while its node is unavailable: nothing of it is mounted anywhere we can see)."""
-        try:
-            node = self.for_session(record)
-            if node is self.local:
-                return node.state(record.tenant_id, record.id)
-            return await asyncio.to_thread(node.state, record.tenant_id, record.id)
-        except NodeUnavailable:
-            return "idle"
 
     def add(self, node: SessionNode) -> None:
         self._nodes[node.id] = node
@@ -78,6 +49,60 @@ class Nodes:
 
     def all(self) -> list[SessionNode]:
         return list(self._nodes.values())
+
+
+class Placement(Protocol):
+    """Where sessions go in a cluster (`runtime.cluster.plane.ClusterPlane`)."""
+
+    async def place(self) -> str:
+        """The id of the node a new session is made on."""
+        ...
+
+    async def node_of(self, tenant_id: str, session_id: str) -> str:
+        """The id of the node a session known by id only lives on (`NotFound` if none)."""
+        ...
+
+
+class Nodes:
+    """The `table` of nodes and where sessions go: this machine without a `placement`."""
+
+    def __init__(self, table: NodeTable, placement: Placement | None = None) -> None:
+        self.table = table
+        self.local = table.local
+        self.placement = placement
+        self.get = table.get
+        self.add = table.add
+        self.discard = table.discard
+        self.ids = table.ids
+        self.all = table.all
+
+    async def place(self) -> SessionNode:
+        """The node a new session is made on."""
+        if self.placement is None:
+            return self.local
+        return self.get(await self.placement.place())
+
+    def for_session(self, record: SessionRecord) -> SessionNode:
+        """The node the session lives on (`record.node`)."""
+        return self.get(record.node)
+
+    async def of_session(self, tenant_id: str, session_id: str) -> SessionNode:
+        """The node of a session known by id only (a shared link): this machine without a
+        cluster, else the placement's answer (the store's)."""
+        if self.placement is None:
+            return self.local
+        return self.get(await self.placement.node_of(tenant_id, session_id))
+
+    async def state_of(self, record: SessionRecord) -> str:
+        """The session's `state` as its node says it (a hop for a remote node; `idle`
+        while its node is unavailable: nothing of it is mounted anywhere we can see)."""
+        try:
+            node = self.for_session(record)
+            if node is self.local:
+                return node.state(record.tenant_id, record.id)
+            return await asyncio.to_thread(node.state, record.tenant_id, record.id)
+        except NodeUnavailable:
+            return "idle"
 
 
 class NodeBackends:

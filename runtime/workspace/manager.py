@@ -58,6 +58,9 @@ class Workspaces:
         use_openat2: bool | None = None,
         disks: SessionDisks | None = None,
         activity: Activity | None = None,
+        count_also: Callable[[str], int] = lambda tenant_id: 0,
+        drop_containers: Callable[[str], None] = lambda session_id: None,
+        tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
     ) -> None:
         self.root = Path(root)
         self.sandbox_uid = sandbox_uid
@@ -69,7 +72,7 @@ class Workspaces:
         self._is_root = os.geteuid() == 0
         self._guard: MountGuard | None = None
         # the tenant's bytes kept outside its sessions (its tool copies): counted in its quota
-        self.count_also: Callable[[str], int] = lambda tenant_id: 0
+        self.count_also = count_also
         # one admission against tenant quotas at a time; held to check and reserve, never for
         # a copy (``admitting``: what copies in flight will take is counted meanwhile)
         self._admission = threading.Lock()
@@ -77,7 +80,8 @@ class Workspaces:
         self.activity = activity or Activity()
         self.residency = Residency(activity=self.activity, disks=self.disks,
                                    session_dir=self.session_dir, also=self.also,
-                                   admission=self._admission)
+                                   admission=self._admission,
+                                   drop_containers=drop_containers, tenant_limit=tenant_limit)
         # what a session's use or release asks of it, by name (callers and the node's hooks)
         self.state = self.residency.state
         self.may_launch = self.residency.may_launch
@@ -85,32 +89,22 @@ class Workspaces:
         self.offline = self.residency.offline
         self.release = self.residency.release
 
-    @property
-    def drop_containers(self) -> Callable[[str], None]:
-        """A session's warm containers removed before its disk is released (the node's)."""
-        return self.residency.drop_containers
-
-    @drop_containers.setter
-    def drop_containers(self, drop: Callable[[str], None]) -> None:
-        self.residency.drop_containers = drop
-
-    @property
-    def tenant_limit(self) -> Callable[[str], int | None]:
-        """A tenant's disk quota in bytes, for mounts after a restart (the node's)."""
-        return self.residency.tenant_limit
-
-    @tenant_limit.setter
-    def tenant_limit(self, limit: Callable[[str], int | None]) -> None:
-        self.residency.tenant_limit = limit
-
     @classmethod
-    def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None
+    def from_settings(cls, settings: Settings, *, limits: WorkspaceLimits | None = None,
+                      disks_on: bool | None = None, activity: Activity | None = None,
+                      count_also: Callable[[str], int] = lambda tenant_id: 0,
+                      drop_containers: Callable[[str], None] = lambda session_id: None,
+                      tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
                       ) -> Workspaces:
+        """``disks_on``: session disks off when False (None or True: when the machine can)."""
         disks = SessionDisks(settings.workspaces_dir,
                              reserve_bytes=settings.disk_reserve_mb * 1024 * 1024,
-                             overcommit=settings.disk_overcommit)
+                             overcommit=settings.disk_overcommit,
+                             enabled=False if disks_on is False else None)
         return cls(settings.workspaces_dir, sandbox_uid=settings.sandbox_uid, limits=limits,
-                   disks=disks, activity=Activity(settings.session_idle_s))
+                   disks=disks, activity=activity or Activity(settings.session_idle_s),
+                   count_also=count_also, drop_containers=drop_containers,
+                   tenant_limit=tenant_limit)
 
     def start(self) -> None:
         """Release what a killed instance left mounted, then guard our own mounts: they are

@@ -33,19 +33,21 @@ class Residency:
     quotas takes (shared with the session creates and copies of ``Workspaces``).
     ``drop_containers`` (a session's warm containers removed: they bind-mount its workspace)
     and ``tenant_limit`` (a tenant's disk quota in bytes, for mounts after a restart) are the
-    machine's: ``runtime.nodes.machine`` binds them once its backend runs.
+    machine's (``runtime.nodes.machine``); by default there is nothing to drop and no limit.
     """
 
     def __init__(self, *, activity: Activity, disks: SessionDisks,
                  session_dir: Callable[[str, str], Path], also: Callable[[str], int],
-                 admission: threading.Lock) -> None:
+                 admission: threading.Lock,
+                 drop_containers: Callable[[str], None] = lambda session_id: None,
+                 tenant_limit: Callable[[str], int | None] = lambda tenant_id: None) -> None:
         self.activity = activity
         self.disks = disks
         self.session_dir = session_dir
         self.also = also
         self.admission = admission
-        self.drop_containers: Callable[[str], None] = lambda session_id: None
-        self.tenant_limit: Callable[[str], int | None] = lambda tenant_id: None
+        self.drop_containers = drop_containers
+        self.tenant_limit = tenant_limit
         self._limits: dict[str, int] = {}
 
     def state(self, tenant_id: str, session_id: str) -> str:

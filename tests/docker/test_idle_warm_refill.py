@@ -33,14 +33,13 @@ MiB = 1024 * 1024
 async def test_no_warm_refill_for_a_disk_being_released(
         tmp_path: Path, sandbox_image: str, docker_api: docker.APIClient) -> None:
     root = tmp_path / "workspaces"
-    spaces = Workspaces(root, disks=SessionDisks(root, overcommit=1000.0),
-                        activity=Activity(idle_s=0.05))
+    activity = Activity(idle_s=0.05)  # both ask it: made first, as runtime.nodes.machine does
     tenant, session = "t_00000000000000c1", "s_00000000000000c1"
     instance = f"navi-test-{uuid.uuid4().hex[:12]}"
     backend = DockerBackend(DockerBackendConfig(
         data_dir=tmp_path, workspaces_root=root, instance_id=instance,
-        warm=WarmPoolConfig(size=1, idle_s=30)))
-    backend.may_launch = spaces.may_launch
+        warm=WarmPoolConfig(size=1, idle_s=30)),
+        may_launch=lambda t, s: activity.may_launch((t, s)))
     loop = asyncio.get_running_loop()
     settle = asyncio.Event()
 
@@ -49,7 +48,8 @@ async def test_no_warm_refill_for_a_disk_being_released(
         loop.call_soon_threadsafe(settle.set)  # the call's refill comes now, before the unmount
         time.sleep(1.5)
 
-    spaces.drop_containers = drop
+    spaces = Workspaces(root, disks=SessionDisks(root, overcommit=1000.0),
+                        activity=activity, drop_containers=drop)
     await backend.start()  # hardens the root (a bind mount of itself) before any disk, as serve
     try:
         path = spaces.create(tenant, session, uid=200000, disk_bytes=32 * MiB,

@@ -20,7 +20,6 @@ from runtime.executor import Executor
 from runtime.policy import PolicyEngine, Subject
 from runtime.sandbox.fake import FakeBackend
 from runtime.tools import ToolContext, ToolServices, build_tools
-from runtime.workspace import Workspaces
 from tests.fakes.executors import DEFAULT_POLICY
 
 
@@ -64,16 +63,14 @@ class FakeRig:
 
 async def open_fake_rig(tmp_path: Path, engine: PolicyEngine, *, backend: FakeBackend | None = None,
                         tenant: str = "t1", **build: Any) -> FakeRig:
-    """Opened; the caller closes it (`await rig.close()`). A `tenant_disk` (Workspaces) counts
-    the tool copies in the tenants' disk quotas, as the server wires it."""
+    """Opened; the caller closes it (`await rig.close()`). The tool store's data dir is
+    ``tmp_path / "data"`` (a `tenant_disk` counts its copies: `objects_root` of it)."""
     backend = backend or FakeBackend()
     audit = AuditLog(tmp_path / "audit")
     await audit.open()
     executor = Executor(engine=engine, backend=backend, audit=audit,
                         resolve_image=lambda name: f"navi/{name}:latest")
     services = build_tools(tmp_path / "data", policy=engine, **build)
-    if isinstance(disk := build.get("tenant_disk"), Workspaces):
-        disk.count_also = services.user_tools.store.objects.tenant_bytes
     await services.open()
     ws = tmp_path / "ws"
     ws.mkdir()

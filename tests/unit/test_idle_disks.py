@@ -8,7 +8,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,11 +30,27 @@ def sid(n: int) -> str:
     return f"s_{n:016x}"
 
 
+class Drops:
+    """The workspaces' ``drop_containers`` (given at construction): what a test wants done
+    when a session's warm containers are dropped (nothing by default)."""
+
+    def __init__(self) -> None:
+        self.then: Callable[[str], object] = lambda session_id: None
+
+    def __call__(self, session_id: str) -> None:
+        self.then(session_id)
+
+
 @pytest.fixture
-def spaces(tmp_path: Path) -> Iterator[Workspaces]:
+def drops() -> Drops:
+    return Drops()
+
+
+@pytest.fixture
+def spaces(tmp_path: Path, drops: Drops) -> Iterator[Workspaces]:
     root = tmp_path / "workspaces"
     ws = Workspaces(root, disks=SessionDisks(root, reserve_bytes=0),
-                    activity=Activity(idle_s=0.05))
+                    activity=Activity(idle_s=0.05), drop_containers=drops)
     yield ws
     ws.close()
     assert mounts_under(root) == []
@@ -86,7 +102,8 @@ def test_never_released_while_a_workspace_is_open(spaces: Workspaces) -> None:
     assert spaces.release(TENANT, s)
 
 
-def test_a_call_arriving_while_its_session_is_released(spaces: Workspaces) -> None:
+def test_a_call_arriving_while_its_session_is_released(spaces: Workspaces,
+                                                       drops: Drops) -> None:
     """The open comes while the release drops the warm containers: the release gives up
     (the lease came first), the call's workspace is on the session's own disk."""
     s = make(spaces, 1)
@@ -96,7 +113,7 @@ def test_a_call_arriving_while_its_session_is_released(spaces: Workspaces) -> No
         dropping.set()
         assert opened.wait(5)
 
-    spaces.drop_containers = drop
+    drops.then = drop
     time.sleep(0.1)
     released: list[bool] = []
     releaser = threading.Thread(target=lambda: released.append(spaces.release(TENANT, s)))
@@ -224,10 +241,11 @@ def test_exclusive_waits_for_or_refuses_uses_in_flight(spaces: Workspaces) -> No
     assert opened and opened[0] >= ended
 
 
-def test_offline_releases_the_disk_and_holds_uses_back(spaces: Workspaces) -> None:
+def test_offline_releases_the_disk_and_holds_uses_back(spaces: Workspaces,
+                                                       drops: Drops) -> None:
     s = make(spaces, 1)
     dropped: list[str] = []
-    spaces.drop_containers = dropped.append
+    drops.then = dropped.append
     with spaces.open(TENANT, s) as ws:
         ws.write_bytes("f", b"kept")
         with pytest.raises(SessionBusy), spaces.offline(TENANT, s):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import NodeUnavailable, NotFound, PolicyDenied, QuotaExceeded, SandboxError
-from runtime.nodes import LocalNode, NodeBackends, Nodes
+from runtime.nodes import LocalNode, NodeBackends, Nodes, NodeTable, Placement
 from runtime.nodes.failures import Failed, packed, raise_failed
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.sandbox.models import ExecRequest
@@ -19,11 +19,22 @@ from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.workspace import Workspaces
 
 
-def _nodes(tmp_path: Path) -> tuple[Nodes, FakeBackend, FakeBackend]:
+class ToN2:
+    """A cluster's placement in small: every session goes to, and lives on, node n2."""
+
+    async def place(self) -> str:
+        return "n2"
+
+    async def node_of(self, tenant_id: str, session_id: str) -> str:
+        return "n2"
+
+
+def _nodes(tmp_path: Path, placement: Placement | None = None
+           ) -> tuple[Nodes, FakeBackend, FakeBackend]:
     here, there = FakeBackend(), FakeBackend()
-    nodes = Nodes(LocalNode(Workspaces(tmp_path / "a"), here))
-    nodes.add(LocalNode(Workspaces(tmp_path / "b"), there, node_id="n2"))
-    return nodes, here, there
+    table = NodeTable(LocalNode(Workspaces(tmp_path / "a"), here))
+    table.add(LocalNode(Workspaces(tmp_path / "b"), there, node_id="n2"))
+    return Nodes(table, placement), here, there
 
 
 def _request(node: str = "local") -> ExecRequest:
@@ -57,18 +68,11 @@ async def test_an_unknown_node_is_node_unavailable_naming_it(tmp_path: Path) -> 
     assert nodes.discard("local") is None and nodes.get("local") is nodes.local
 
 
-async def test_placement_and_lookup_hooks(tmp_path: Path) -> None:
+async def test_placement_and_lookup(tmp_path: Path) -> None:
     nodes, _here, _there = _nodes(tmp_path)
     assert await nodes.place() is nodes.local  # no cluster: this machine
     assert await nodes.of_session("t", "s") is nodes.local
-
-    async def placer() -> LocalNode:
-        return nodes.get("n2")  # type: ignore[return-value]
-
-    async def lookup(tenant: str, session: str) -> str:
-        return "n2"
-
-    nodes.placer, nodes.lookup = placer, lookup
+    nodes, _here, _there = _nodes(tmp_path, ToN2())  # a cluster's, given at construction
     assert (await nodes.place()).id == "n2"
     assert (await nodes.of_session("t", "s")).id == "n2"
 

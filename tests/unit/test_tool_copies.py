@@ -19,7 +19,7 @@ from runtime.errors import DiskQuotaBusy, QuotaExceeded
 from runtime.policy import PolicyEngine
 from runtime.sandbox.fake import FakeBackend, FakeResponse
 from runtime.tools.user.descriptor import content_hash
-from runtime.tools.user.objects import ToolObjects
+from runtime.tools.user.objects import ToolObjects, objects_root, tenant_copy_bytes
 from runtime.workspace import Workspaces
 from runtime.workspace.disk import SessionDisks, loop_mounts_available
 from tests.fakes.calls import call
@@ -60,9 +60,11 @@ def policy_file(tmp_path: Path, **quotas: int) -> Path:
 
 
 async def make_rig(tmp_path: Path, *, disks: bool = False, **quotas: int) -> Rig:
+    copies = objects_root(tmp_path / "data")  # open_fake_rig's tool store: counted, as serve
     workspaces = Workspaces(tmp_path / "workspaces",
                             disks=SessionDisks(tmp_path / "workspaces", enabled=disks,
-                                               reserve_bytes=0))
+                                               reserve_bytes=0),
+                            count_also=lambda tenant_id: tenant_copy_bytes(copies, tenant_id))
     rig = await open_fake_rig(tmp_path, PolicyEngine.from_file(policy_file(tmp_path, **quotas)),
                               backend=FakeBackend(default=OK), tenant=TENANT, shipped_dir=None,
                               tenant_disk=workspaces)

@@ -91,16 +91,17 @@ class NodeAgent(SnapshotMethods):
                  disks: bool | None = None) -> None:
         self.node_id = node_id
         self.settings = Settings() if data_dir is None else Settings(data_dir=Path(data_dir))
-        self.machine = Machine(self.settings, disks=disks)  # as `navi serve` alone starts it
+        self.cluster_addresses = ClusterAddresses()
+        self._tenant_limits: dict[str, int] = {}  # what its control plane last said
+        self.machine = Machine(  # as `navi serve` alone starts it
+            self.settings, disks=disks, tenant_limit=self._tenant_limits.get,
+            egress_denied=self.cluster_addresses)
         self.workspaces = self.machine.workspaces
         backend = self.machine.docker
         assert backend is not None  # a node always runs on its own engine
         self.backend: DockerBackend = backend
-        self.cluster_addresses = ClusterAddresses()
-        self.backend.egress_denied = self.cluster_addresses
         self.objects = NodeObjects(self.settings.data_dir / "tool-objects")
         self._limits_file = self.settings.data_dir / "tenant-limits.json"
-        self._tenant_limits: dict[str, int] = {}
         self._uploads: dict[str, _Upload] = {}
         self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
         self._started: asyncio.Task[None] | None = None
@@ -125,7 +126,7 @@ class NodeAgent(SnapshotMethods):
         self._background.append(asyncio.create_task(self.cluster_addresses.follow()))
         await asyncio.to_thread(self._load_limits)
         await self.machine.open_disks()
-        self.machine.bind(self._tenant_limits.get)  # what its control plane last said
+        self.machine.start_idle_release()
         await self.machine.start_engine()
         log.info("node_agent_ready", node=self.node_id, data_dir=str(self.settings.data_dir),
                  pid=os.getpid(), disks=self.workspaces.disks.enabled)

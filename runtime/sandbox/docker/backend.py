@@ -75,7 +75,12 @@ SETTLE_WAIT_S = 5.0
 class DockerBackend(ContainerShapes):
     """``SandboxBackend`` on a Docker engine. ``await start()`` (or the first ``run``) connects."""
 
-    def __init__(self, config: DockerBackendConfig) -> None:
+    def __init__(self, config: DockerBackendConfig, *,
+                 may_launch: Callable[[str, str], bool] = lambda t, s: True,
+                 egress_denied: DeniedAddresses | None = None) -> None:
+        """``may_launch(tenant, session)``: whether a warm container may be made for the
+        session now (asked before each refill); ``egress_denied``: addresses no call's egress
+        reaches (a cluster node: its machines)."""
         self.config = config
         self.engine = DockerEngine(config.base_url, config.max_threads)
         self.launcher = WarmLauncher(self.engine, config.warm, config.lease_grace_s)
@@ -88,16 +93,19 @@ class DockerBackend(ContainerShapes):
         self._removals: set[asyncio.Future[None]] = set()
         self._after: dict[str, set[asyncio.Future[None]]] = {}  # per session, of _removals
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
-        self.egress_denied: DeniedAddresses | None = None  # a cluster node: its machines
+        self.egress_denied = egress_denied
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
         self._cgroup_driver = "cgroupfs"
-        self.may_launch: Callable[[str, str], bool] = lambda t, s: True  # refill (t, s) now?
+        self.may_launch = may_launch
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, warm_pool: bool = False, **overrides: Any
+        cls, settings: Settings, *, warm_pool: bool = False,
+        may_launch: Callable[[str, str], bool] = lambda t, s: True,
+        egress_denied: DeniedAddresses | None = None, **overrides: Any
     ) -> DockerBackend:
-        return cls(DockerBackendConfig.from_settings(settings, warm_pool=warm_pool, **overrides))
+        return cls(DockerBackendConfig.from_settings(settings, warm_pool=warm_pool, **overrides),
+                   may_launch=may_launch, egress_denied=egress_denied)
 
     def _new_pool(self) -> WarmPool:
         return WarmPool(self.config.warm, self.launcher.launch, self.launcher.discard)

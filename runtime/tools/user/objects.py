@@ -49,6 +49,22 @@ in the tenant's disk quota (``DiskQuotaExceeded``), else holds the quota's books
 copy is written."""
 
 
+def objects_root(data_dir: Path) -> Path:
+    """Where the tenants' tool copies live (``ToolObjects``' root)."""
+    return Path(data_dir).resolve() / "tools" / OBJECTS_DIR
+
+
+def tenant_copy_bytes(root: Path, tenant_id: str) -> int:
+    """Disk a tenant's copies under ``root`` take (what its quota counts; the session disks
+    count it before the tool store exists)."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(root / tenant_id):
+            with contextlib.suppress(FileNotFoundError):
+                total += charged_bytes(entry.stat(follow_symlinks=False))
+    return total
+
+
 class TenantDisk(Protocol):
     """Who keeps a tenant's disk quota (the session disks' keeper, ``Workspaces``)."""
 
@@ -95,12 +111,7 @@ class ToolObjects:
 
     def tenant_bytes(self, tenant_id: str) -> int:
         """Disk the tenant's copies take (what its quota counts)."""
-        total = 0
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for entry in os.scandir(self.tenant_dir(tenant_id)):
-                with contextlib.suppress(FileNotFoundError):
-                    total += charged_bytes(entry.stat(follow_symlinks=False))
-        return total
+        return tenant_copy_bytes(self.root, tenant_id)
 
     def acquire(self, tenant_id: str, source: bytes, admit: DiskAdmit) -> Path:
         """The copy of ``source`` (verified bytes), made if absent after ``admit`` let it

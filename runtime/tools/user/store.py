@@ -41,7 +41,7 @@ from runtime.tools.user.descriptor import (
     content_hash,
     parse_descriptor,
 )
-from runtime.tools.user.objects import OBJECTS_DIR, DiskAdmit, TenantDisk, ToolObjects, admit_alone
+from runtime.tools.user.objects import DiskAdmit, TenantDisk, ToolObjects, admit_alone, objects_root
 
 DEFAULT_SHIPPED_DIR = PROJECT_ROOT / "tools"
 ENABLED_FILE = "enabled.json"
@@ -150,7 +150,7 @@ class UserToolStore:
         self.shipped_dir = Path(shipped_dir).resolve() if shipped_dir is not None else None
         self.reserved = frozenset(reserved)
         self._lock = threading.Lock()
-        self.objects = ToolObjects(self.root / OBJECTS_DIR)
+        self.objects = ToolObjects(objects_root(data_dir))
         self.disk = disk  # keeps the tenant disk quota the copies count in
 
     # ---- locations -------------------------------------------------------------------
