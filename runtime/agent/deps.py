@@ -47,9 +47,9 @@ class AgentParts(Protocol):
         ...
 
 
-class AgentDeps(Protocol):
-    @property
-    def store(self) -> Store: ...
+class ToolCallDeps(Protocol):
+    """Listing a session's tools, calling them, and its events (the agent, the MCP
+    endpoint)."""
 
     @property
     def tools(self) -> ToolServices: ...
@@ -59,6 +59,11 @@ class AgentDeps(Protocol):
 
     @property
     def hub(self) -> EventHub: ...
+
+
+class AgentDeps(ToolCallDeps, Protocol):
+    @property
+    def store(self) -> Store: ...
 
     @property
     def approvals(self) -> ApprovalBroker: ...

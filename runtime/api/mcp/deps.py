@@ -9,26 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from runtime.agent.deps import ToolCallDeps
 from runtime.sessions.deps import OpenDeps
 
 if TYPE_CHECKING:
-    from runtime.calls import SessionToolCall
-    from runtime.events import EventHub
     from runtime.sessions.principal import Principal
-    from runtime.tools import ToolServices
 
 
-class McpDeps(OpenDeps, Protocol):
-    """A session opened and its policy subject (`OpenDeps`), its tools, calls and events."""
-
-    @property
-    def tools(self) -> ToolServices: ...
-
-    @property
-    def calls(self) -> SessionToolCall: ...
-
-    @property
-    def hub(self) -> EventHub: ...
+class McpDeps(OpenDeps, ToolCallDeps, Protocol):
+    """A session opened and its policy subject (`OpenDeps`), its tools, calls and events
+    (`ToolCallDeps`)."""
 
     async def token_ended(self, principal: Principal) -> None:
         """Returns when the principal's token is revoked or expires."""
