@@ -155,11 +155,17 @@ def test_a_process_on_a_node_runs_there_takes_input_stops_and_is_audited(
                       json={"data": "last words\n", "eof": True}).status_code == 204
         assert ended(c, s, reader)["exit_code"] == 0  # cat read EOF
         assert output(c, s, reader) == "last words\ncat-ended-0\n"
+        flood = start(c, s, "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo done")["id"]
+        assert ended(c, s, flood, within_s=60)["exit_code"] == 0
+        tail = c.get(f"/v1/sessions/{s}/processes/{flood}/output",
+                     params={"since": 3000000}).json()
+        assert (tail["output"], tail["next"]) == ("\ndone\n", 3000006)  # every byte, in order
         assert c.delete(f"/v1/sessions/{s}/processes/{pid}").status_code == 204
         done = c.get(f"/v1/sessions/{s}/processes/{pid}").json()
         assert (done["state"], done["reason"], done["exit_code"]) == ("exited", "stopped", 143)
         wait_for(lambda: not containers_of(engine, pid), what="its container removed")
-        assert [p["id"] for p in c.get(f"/v1/sessions/{s}/processes").json()] == [pid, reader]
+        assert [p["id"] for p in c.get(f"/v1/sessions/{s}/processes").json()] == [
+            pid, reader, flood]
     wait_for(lambda: any(e["type"] == "process_exited" and e["process_id"] == pid
                          for e in events), 10, "process_exited")
     stop_watching.set()

@@ -24,6 +24,8 @@ from runtime.nodes.process_wire import PortOpen, ProcessAct, ProcessEnd, Process
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, OutputChunk
 
+STREAM_AHEAD = 32  # output batches a node may send ahead of this side's log (then it waits)
+
 
 class NodeProcess:
     """One process's stream from its node, and the acts on it."""
@@ -79,7 +81,8 @@ class RemoteProcesses:
                              ports=ports)
         try:
             stream: Any = link.actor.process_start.options(
-                num_returns="streaming").remote(wire(want))
+                num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD,
+            ).remote(wire(want))
             ref = await stream.__anext__()
         except StopAsyncIteration as exc:
             raise link.lost(exc) from None
