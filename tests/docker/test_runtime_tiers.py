@@ -45,5 +45,5 @@ async def test_each_tier_gets_its_own_warm_class(backend: DockerBackend) -> None
     for tier in ("runc", "gvisor"):
         request = ExecRequest(image="sha256:" + "0" * 64, argv=["true"], exec_id="k",
                               limits=Limits(runtime=tier))  # type: ignore[arg-type]
-        keys.add(warm_key(backend._spec(request, "sha256:" + "0" * 64)))  # noqa: SLF001
+        keys.add(warm_key(backend.shapes.spec(request, "sha256:" + "0" * 64)))
     assert len(keys) == 2

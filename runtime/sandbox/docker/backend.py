@@ -58,7 +58,7 @@ from runtime.sandbox.docker.late_bind import BindRoot, pooled_template
 from runtime.sandbox.docker.launch import WarmLauncher, start_cold, start_warm
 from runtime.sandbox.docker.reaper import Reaper
 from runtime.sandbox.docker.seccomp import load_profile
-from runtime.sandbox.docker.shapes import ContainerShapes
+from runtime.sandbox.docker.shapes import ContainerShapes, EngineFacts
 from runtime.sandbox.docker.spec import LABEL_LEASE, LABEL_SESSION, ContainerSpec
 from runtime.sandbox.docker.warm_pool import WarmContainer, WarmPool, warm_key
 from runtime.sandbox.docker.warm_stream import oom_kills
@@ -72,7 +72,7 @@ SETTLE_WAIT_S = 5.0
 """The longest after-call work waits for the caller to settle a call (see ``run``)."""
 
 
-class DockerBackend(ContainerShapes):
+class DockerBackend:
     """``SandboxBackend`` on a Docker engine. ``await start()`` (or the first ``run``) connects."""
 
     def __init__(self, config: DockerBackendConfig, *,
@@ -84,8 +84,8 @@ class DockerBackend(ContainerShapes):
         self.config = config
         self.engine = DockerEngine(config.base_url, config.max_threads)
         self.launcher = WarmLauncher(self.engine, config.warm, config.lease_grace_s)
-        self._instance_id: str | None = None
-        self._seccomp = ""
+        self.engine_facts = EngineFacts()  # filled in at start
+        self.shapes = ContainerShapes(config, self.engine_facts)
         self._start_lock = asyncio.Lock()
         self._running: dict[str, str] = {}
         self.workspaces_root_state: HardenState | None = None
@@ -95,7 +95,6 @@ class DockerBackend(ContainerShapes):
         self.egress_resolver: Resolver | None = None  # None: the host's resolver (tests set one)
         self.egress_denied = egress_denied
         self._runtimes: frozenset[str] = frozenset({"runc"})  # the engine's, read at start
-        self._cgroup_driver = "cgroupfs"
         self.may_launch = may_launch
 
     @classmethod
@@ -117,17 +116,18 @@ class DockerBackend(ContainerShapes):
         async with self._start_lock:
             if self.engine.connected:
                 return
-            self._seccomp = load_profile(self.config.seccomp_profile_path)
-            self._instance_id = self.config.instance_id or load_instance_id(self.config.data_dir)
+            facts = self.engine_facts
+            facts.seccomp = load_profile(self.config.seccomp_profile_path)
+            facts.instance = self.config.instance_id or load_instance_id(self.config.data_dir)
             if self.config.harden_workspaces_root:
                 self.workspaces_root_state = ensure_nosuid_nodev(self.config.workspaces_root)
             await self.engine.connect()
             self._open_bind_root()
             info = await self.engine.call(self.engine.info)
             self._runtimes = frozenset(info.get("Runtimes") or {"runc": {}})
-            self._cgroup_driver = str(info.get("CgroupDriver") or "cgroupfs")
-            self._engine_cpus = int(info.get("NCPU") or self._engine_cpus)
-            log.info("docker_backend_started", instance=self._instance_id,
+            facts.cgroup_driver = str(info.get("CgroupDriver") or "cgroupfs")
+            facts.cpus = int(info.get("NCPU") or facts.cpus)
+            log.info("docker_backend_started", instance=facts.instance,
                      runtimes=sorted(self._runtimes))
 
     @property
@@ -136,9 +136,7 @@ class DockerBackend(ContainerShapes):
 
     @property
     def instance_id(self) -> str:
-        if self._instance_id is None:
-            raise SandboxError("the Docker backend is not started")
-        return self._instance_id
+        return self.engine_facts.instance_id  # SandboxError before start
 
     def reaper(self) -> Reaper:
         """A reaper for this backend's instance, sharing its client and threads."""
@@ -233,10 +231,10 @@ class DockerBackend(ContainerShapes):
         deadline = began + request.limits.timeout_s
         bound = log.bind(exec_id=request.exec_id, tenant=request.tenant, session=request.session)
         image_id = await self.engine.image_id_of(request.image)
-        spec = self._spec(request, image_id, egress)
+        spec = self.shapes.spec(request, image_id, egress)
         if spec.runtime not in self._runtimes:
             await self._require_runtime(spec.runtime, request.limits.runtime)
-        self._prepare_workspace(request)
+        self.shapes.prepare_workspace(request)
         # warm ones are made without a socket, and no secret waits in an idle container
         cold = not self.warm.enabled or egress is not None or bool(request.env)
         template = spec if cold else self._warm_template(spec, request)
@@ -249,7 +247,7 @@ class DockerBackend(ContainerShapes):
         self._running[request.exec_id] = container
         try:
             started = await self._begin(container, warm, request, before_start)
-            result = await drive(engine, started, request, self._capture(request),
+            result = await drive(engine, started, request, self.shapes.capture(request),
                                  image_id=image_id, began=began, deadline=deadline,
                                  on_output=on_output)
         except BaseException:
@@ -293,7 +291,7 @@ class DockerBackend(ContainerShapes):
                 or request.workspace is None):
             return False
         image_id = await self.engine.image_id_of(request.image)
-        template = pooled_template(self._spec(request, image_id), request.workdir)
+        template = pooled_template(self.shapes.spec(request, image_id), request.workdir)
         if template is None or template.runtime not in self._runtimes:
             return False
         key = f"{warm_key(template)}:{request.limits.timeout_s}"
@@ -309,7 +307,7 @@ class DockerBackend(ContainerShapes):
         started = None
         if warm is not None:
             linger = self.config.warm_linger and \
-                oom_kills(container, self._cgroup_parent(request.tenant)) is not None
+                oom_kills(container, self.shapes.cgroup_parent(request.tenant)) is not None
             started = start_warm(warm, request, linger=linger)
         if before_start is not None:
             if started is not None and isinstance(before_start, StartGate):
@@ -383,9 +381,9 @@ class DockerBackend(ContainerShapes):
         directories owned by the sandbox user."""
         await self.start()
         image_id = await self.engine.image_id_of(request.image)
-        spec = self._spec(request, image_id, egress)
+        spec = self.shapes.spec(request, image_id, egress)
         if spec.runtime not in self._runtimes:
             await self._require_runtime(spec.runtime, request.limits.runtime)
-        self._prepare_workspace(request)
+        self.shapes.prepare_workspace(request)
         lease = str(int(time.time() + lease_s + self.config.lease_grace_s) + 1)
         return spec.model_copy(update={"labels": {**spec.labels, LABEL_LEASE: lease}})
