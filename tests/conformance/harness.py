@@ -15,9 +15,10 @@ container, under which runtime tier). Suites pick adapters by capability, never 
     runc-pooled             a warm one from the tenant's pool, the session bound after start
                             (``late_bind.py``; primed by another session of the tenant)
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
-    cluster-node            a node agent of a real 1-node local cluster, through RemoteNode
-                            (``runtime.nodes.control.remote``; its own cluster per module: +~35 s;
-                            the probes' agent has no session disks: plain directories)
+    cluster-node            a node agent of a real local cluster, through RemoteNode
+                            (``runtime.nodes.control.remote``; the run's shared cluster, the
+                            security probes' own 1-node one, whose agent has no session disks:
+                            plain directories)
 
 **Adding a backend** (the cluster node, a new engine or tier) is adding one adapter to
 ``ADAPTERS`` at the end of this module: its factory and its capabilities (``cannot`` names
