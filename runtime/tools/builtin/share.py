@@ -54,7 +54,7 @@ class PublishParams(ToolParams):
                               description="how long the link works (default 1 day, max 7)")
 
 
-class _LinkTool:
+class Links:
     """What both tools share: the store, the quota, the link made after its audit record."""
 
     def __init__(self, shares: ShareStore | None = None,
@@ -62,8 +62,10 @@ class _LinkTool:
         self.shares = shares
         self.quota = quota
 
-    async def _link(self, ctx: ToolContext, kind: ShareKind, path: str,
-                    expires_at: float | None) -> tuple[str, str]:
+    async def make(self, ctx: ToolContext, kind: ShareKind, path: str,
+                   expires_at: float | None) -> tuple[str, str]:
+        """``(url, share id)`` of a new link to ``path``; ``QuotaExceeded`` past the tenant's
+        ``shares_per_tenant``, ``NotFound`` where links are not available."""
         if self.shares is None:
             raise NotFound("links are not available here")
         limit = self.quota(ctx.subject.policy_tenant) if self.quota else 100
@@ -77,7 +79,7 @@ class _LinkTool:
         return f"/v1/{route}/{token}", record.id
 
 
-class ShareFileTool(_LinkTool, BuiltinTool[ShareParams]):
+class ShareFileTool(BuiltinTool[ShareParams]):
     name = "share_file"
     description = (
         "Make a download link for a file of this session that works without a token "
@@ -87,6 +89,10 @@ class ShareFileTool(_LinkTool, BuiltinTool[ShareParams]):
     group = "group:fs"
     Params = ShareParams
 
+    def __init__(self, shares: ShareStore | None = None,
+                 quota: Callable[[TenantName], int] | None = None) -> None:
+        self.links = Links(shares, quota)
+
     async def execute(self, params: ShareParams, ctx: ToolContext) -> ToolResult:
         if ctx.workspace is None:
             raise InvalidInput("this call has no session workspace")
@@ -94,7 +100,7 @@ class ShareFileTool(_LinkTool, BuiltinTool[ShareParams]):
         if found.kind != "file":
             return ToolResult.fail(f"{found.path} is a directory: share a file")
         expires_at = time.time() + params.expires_in_s
-        url, share_id = await self._link(ctx, "share", found.path, expires_at)
+        url, share_id = await self.links.make(ctx, "share", found.path, expires_at)
         return ToolResult.ok(
             f"{found.path} is shared at {url} until "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(expires_at))}",
@@ -102,7 +108,7 @@ class ShareFileTool(_LinkTool, BuiltinTool[ShareParams]):
                     "expires_at": expires_at})
 
 
-class ContentPublishTool(_LinkTool, BuiltinTool[PublishParams]):
+class ContentPublishTool(BuiltinTool[PublishParams]):
     name = "content_publish"
     description = (
         "Show a file of this session inline in the chat: an image (PNG, JPEG, GIF, WebP), "
@@ -110,6 +116,10 @@ class ContentPublishTool(_LinkTool, BuiltinTool[PublishParams]):
     )
     group = "group:meta"
     Params = PublishParams
+
+    def __init__(self, shares: ShareStore | None = None,
+                 quota: Callable[[TenantName], int] | None = None) -> None:
+        self.links = Links(shares, quota)
 
     async def execute(self, params: PublishParams, ctx: ToolContext) -> ToolResult:
         if ctx.workspace is None:
@@ -124,7 +134,7 @@ class ContentPublishTool(_LinkTool, BuiltinTool[PublishParams]):
         if kind is None:
             return ToolResult.fail(f"{shown} is not an image, a PDF, a .md or an .html file")
         expires_at = time.time() + params.expires_in_s  # a published link expires too
-        url, share_id = await self._link(ctx, "publish", shown, expires_at)
+        url, share_id = await self.links.make(ctx, "publish", shown, expires_at)
         return ToolResult.ok(f"published {shown} ({kind}) in the chat",
                              published={"id": share_id, "path": shown, "kind": kind,
                                         "url": url, "expires_at": expires_at})
