@@ -100,10 +100,12 @@ class SharedCluster:
         self.directory = directory
         self.cluster: Cluster | None = None
         self.images: set[str] = set()
+        self.going_down: subprocess.Popen[bytes] | None = None
 
     def ready(self, image: str) -> Cluster:
         if self.cluster is not None and not self._put_right(self.cluster):
             self.close()
+        self.wait_down()  # a new one goes in the same directory
         if self.cluster is None:
             self.cluster = bring_up(self.directory, SHARED_NODES, IMAGE)
             self.images = {IMAGE}
@@ -144,10 +146,22 @@ class SharedCluster:
         print(f"\nshared local cluster: {image} loaded into its engines in "
               f"{time.monotonic() - t0:.1f} s")
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """`navi down`; `wait=False`: the tests go on meanwhile (≈ 18 s, mostly waiting for
+        the engines to stop), `wait_down` (at the latest at the end of the run) waits."""
         if self.cluster is not None:
-            navi("down", "--dir", str(self.cluster.dir))
+            self.going_down = subprocess.Popen(
+                [sys.executable, "-m", "runtime.cli", "cluster", "local", "down", "--dir",
+                 str(self.cluster.dir)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.cluster = None
+        if wait:
+            self.wait_down()
+
+    def wait_down(self) -> None:
+        if self.going_down is not None:
+            self.going_down.wait(timeout=300)
+            self.going_down = None
 
 
 @pytest.fixture(scope="session")
@@ -185,4 +199,4 @@ def close_after(item: pytest.Item) -> None:
         users = [i.nodeid for i in session.items if uses_shared(i)]
         _LAST_USER[id(session)] = users[-1] if users else None
     if item.nodeid == _LAST_USER[id(session)]:
-        SHARED[0].close()
+        SHARED[0].close(wait=False)
