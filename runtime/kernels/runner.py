@@ -1,10 +1,9 @@
 """The program a kernel's container runs: an IPython shell and its runner, on stdio.
 
 Never imported by the supervisor: its text is the container's ``python3 -I -c`` program
-(``runner_argv``; no image rebuild). It runs IPython's ``InteractiveShell`` (what a Jupyter
-kernel runs: namespaces, display hook, formatters, matplotlib inline, tracebacks) in this
-very process, so an execute is a function call, not another process's messages over ZMQ.
-JSON lines with the supervisor over the container's attached stdin/stdout:
+(``runner_argv``). It runs IPython's ``InteractiveShell`` (what a Jupyter kernel runs) in
+this very process: an execute is a function call, not messages to another process over
+ZMQ. JSON lines with the supervisor over the container's attached stdin/stdout:
 
     in:  {"op": "exec", "id", "code"} | {"op": "interrupt"} | {"op": "save"}
          | {"op": "restore"}
@@ -14,14 +13,12 @@ JSON lines with the supervisor over the container's attached stdin/stdout:
          | {"ev": "saved", "saved", "lost", "error"} | {"ev": "restored", "restored", "lost"}
 
 The protocol has private copies of stdin/stdout; the code's fd 0 is /dev/null (``input()``
-raises, as in a kernel without stdin), its fds 1 and 2 pipes whose text (subprocesses, C
-libraries) goes out as ``stream`` events, as does ``sys.stdout``'s. An interrupt is SIGINT to
-the main thread while code runs (the names stay). The kernel dying (killed, out of memory)
-is this process dying: the supervisor sees the output end. When stdin ends (the server's
-attach went: killed without saving its kernels) the names are saved as for ``save`` before
-the runner exits, for the next server. Saving and restoring use ``dill`` name by name (what
-cannot be pickled is named in ``lost``): saved state is tenant data, only ever unpickled
-here, in the kernel's own sandbox.
+raises, as in a kernel without stdin), its fds 1 and 2 pipes read back as ``stream`` events
+(``print``, child processes, C libraries). An interrupt is SIGINT to the main thread while
+code runs. The kernel dying is this process dying: the supervisor sees the output end. When
+stdin ends (the server's attach went: killed) the names are saved as for ``save`` before
+the runner exits. Saving and restoring use ``dill`` name by name (what cannot be pickled is
+``lost``): saved state is tenant data, only ever unpickled here, in the kernel's sandbox.
 """
 
 from __future__ import annotations
@@ -68,6 +65,12 @@ def mime_bundle(data: dict[str, Any]) -> dict[str, str]:
     return kept
 
 
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class Channel:
     """JSON lines to the supervisor on a private copy of the container's stdout. A result
     waits for the next line and goes out in the same write (an execute's value and its
@@ -86,14 +89,13 @@ class Channel:
             self.held_bytes += len(line)
             if hold and self.held_bytes < HELD_MAX:
                 return
-            view = memoryview(b"".join(self.held))
+            data = b"".join(self.held)
             self.held.clear()
             self.held_bytes = 0
             # an interrupt must not cut a line: SIGINT waits until it is written
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
-                while view:
-                    view = view[os.write(self.fd, view):]
+                write_all(self.fd, data)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -144,21 +146,21 @@ class Capture:
 
 
 class OutStream(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` of the code: text kept here and sent as one ``stream``
-    event of the execute in progress when it ends, or ``FLUSH_S`` after it was written (as
-    ipykernel's stream does: a loop of prints is a few events, not one per print)."""
-
-    def __init__(self, fd: int, name: str, channel: Channel, pending: threading.Event) -> None:
-        super().__init__()
-        self.fd, self.name, self.channel, self.pending = fd, name, channel, pending
-        self.lock = threading.Lock()
-        self.parts: list[str] = []
-        self.job: str | None = None
+    """``sys.stdout``/``sys.stderr`` of the code: text kept here, written to its fd (the
+    captured pipe) when the execute ends or ``FLUSH_S`` after it was written, as ipykernel's
+    stream does (a loop of prints is a few events, not one per print)."""
 
     encoding = "utf-8"
 
+    def __init__(self, fd: int, pending: threading.Event) -> None:
+        super().__init__()
+        self.fd, self.pending = fd, pending
+        self.lock = threading.Lock()
+        self.parts: list[str] = []
+        self.forked = False  # in a child process (multiprocessing)
+
     def fileno(self) -> int:
-        return self.fd  # the captured pipe (a subprocess given sys.stdout writes there)
+        return self.fd
 
     def writable(self) -> bool:
         return True
@@ -167,17 +169,18 @@ class OutStream(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self.lock:
-            if not self.parts:
+            if not self.parts and not self.forked:
                 self.pending.set()
             self.parts.append(text)
+        if self.forked and "\n" in text:  # no flushing thread there: line by line
+            self.flush()
         return len(text)
 
     def flush(self) -> None:
-        with self.lock:  # held while sending: two flushes keep their order
+        with self.lock:  # held while writing: two flushes keep their order
             text, self.parts = "".join(self.parts), []
-            if text and self.job is not None:
-                self.channel.send({"ev": "stream", "id": self.job, "name": self.name,
-                                   "text": text})
+            if text:
+                write_all(self.fd, text.encode("utf-8", "replace"))
 
 
 def _no_input(*_: object, **__: object) -> str:
@@ -194,14 +197,11 @@ class Kernel:
         self.meta_path = os.path.join(STATE_DIR, "meta.json")
         self.requests = os.fdopen(os.dup(0), "rb")
         self.channel = Channel(os.dup(1))
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         self.captures = [Capture(1, "stdout", self.channel), Capture(2, "stderr", self.channel)]
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (lives as long as we do)
         self.pending = threading.Event()
-        self.streams = [OutStream(1, "stdout", self.channel, self.pending),
-                        OutStream(2, "stderr", self.channel, self.pending)]
+        self.streams = [OutStream(1, self.pending), OutStream(2, self.pending)]
         sys.stdout, sys.stderr = self.streams
         os.environ.update({"MPLBACKEND": "module://matplotlib_inline.backend_inline",
                            "JUPYTER_PLATFORM_DIRS": "1"})
@@ -222,6 +222,7 @@ class Kernel:
         publisher.publish = lambda data, *_, **__: self._result(data, False)
         publisher.clear_output = lambda *_, **__: None
         self.shell._showtraceback = self._traceback
+        self.shell.enable_gui = lambda gui=None: None  # `%matplotlib inline`: no GUI loop
         builtins.input = getpass.getpass = _no_input
         sys.path.insert(0, "")  # the code imports from its working directory, as in Jupyter
         sys.path[1:1] = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
@@ -231,6 +232,12 @@ class Kernel:
         self.main = threading.main_thread().ident or 0
         self.jobs: queue.Queue[dict[str, Any]] = queue.Queue()
         signal.signal(signal.SIGINT, self._on_interrupt)
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A child of the code's (multiprocessing): its prints go to the captured fds."""
+        for stream in self.streams:
+            stream.lock, stream.parts, stream.forked = threading.Lock(), [], True
 
     def _result(self, data: dict[str, Any], main: bool) -> None:
         if self.job is not None:
@@ -247,24 +254,19 @@ class Kernel:
     def read_requests(self) -> None:
         for raw in self.requests:
             try:
-                job = json.loads(raw)
-            except ValueError:
+                job = dict(json.loads(raw))
+            except (ValueError, TypeError):
                 continue
-            if not isinstance(job, dict):
-                continue
-            if job.get("op") == "interrupt":
-                if self.busy:
-                    signal.pthread_kill(self.main, signal.SIGINT)
-            else:
+            if job.get("op") != "interrupt":
                 self.jobs.put(job)
+            elif self.busy:
+                signal.pthread_kill(self.main, signal.SIGINT)
         self.jobs.put({"op": "quit"})
 
     def execute(self, code: str, job_id: str) -> dict[str, Any]:
         self.error, self.job = None, job_id
         for capture in self.captures:
             capture.job = job_id
-        for stream in self.streams:
-            stream.job = job_id
         count = self.shell.execution_count
         failure: BaseException | None = None
         try:
@@ -279,9 +281,6 @@ class Kernel:
         for out in (*self.streams, sys.__stdout__, sys.__stderr__):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 out.flush()  # type: ignore[union-attr]  # what the code wrote, before done
-        for stream in self.streams:
-            with stream.lock:
-                stream.job = None
         for capture in self.captures:
             capture.finish()
         self.job = None

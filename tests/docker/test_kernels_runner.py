@@ -77,3 +77,39 @@ def test_the_code_has_no_stdin(client: httpx.Client) -> None:
                    timeout_s=10)
     assert read["results"] == [{"text/plain": "('', b'')"}], read
     assert not read["timed_out"]
+
+
+def test_notebook_idioms_run(client: httpx.Client) -> None:
+    """`%matplotlib inline` and a top-level `await`, as in a Jupyter cell."""
+    session = new_session(client)
+    out = execute(client, session, "%matplotlib inline\nimport asyncio\n"
+                                   "await asyncio.sleep(0.01)\n'awaited'")
+    assert out["error"] is None and out["results"] == [{"text/plain": "'awaited'"}], out
+
+
+def test_child_processes_prints_are_output_once(client: httpx.Client) -> None:
+    """A fork of the kernel (os.fork, multiprocessing): the child's prints are the execute's
+    output even when it ends without flushing, and what the kernel printed before the fork
+    is not printed again by the child."""
+    session = new_session(client)
+    forked = execute(client, session, (
+        "import os\n"
+        "print('before the fork')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    print('in the child')\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)[1]"))
+    assert forked["results"] == [{"text/plain": "0"}], forked
+    assert forked["stdout"].count("before the fork") == 1, forked
+    assert "in the child\n" in forked["stdout"], forked
+    pooled = execute(client, session, (
+        "from multiprocessing import Pool\n"
+        "def square(i):\n"
+        "    print('worker', i)\n"
+        "    return i * i\n"
+        "with Pool(2) as pool:\n"
+        "    squares = pool.map(square, range(4))\n"
+        "squares"))
+    assert pooled["results"] == [{"text/plain": "[0, 1, 4, 9]"}], pooled
+    assert all(f"worker {i}\n" in pooled["stdout"] for i in range(4)), pooled
