@@ -75,9 +75,11 @@ class KernelBackend:
     """`SandboxBackend` for kernel executes (only the kernel service's Executor calls it)."""
 
     def __init__(self, docker: DockerBackend,
-                 lease: Callable[[str, str], Awaitable[Callable[[], None]]]) -> None:
+                 lease: Callable[[str, str], Awaitable[Callable[[], None]]], *,
+                 ports: Callable[[str, ExecRequest], Awaitable[ExecRequest]] | None = None
+                 ) -> None:
         """`lease(tenant, session)`: hold the session's disk while a kernel runs; returns
-        what gives it back."""
+        what gives it back. `ports`: the session's ports relay in a kernel's container."""
         self.docker = docker
         self.lease = lease
         self.live: dict[Key, LiveKernel] = {}
@@ -86,8 +88,8 @@ class KernelBackend:
         self._stops: dict[str, asyncio.Event] = {}  # exec_id -> interrupt now
         self._starting: dict[Key, asyncio.Lock] = {}
         # the session's ports in a kernel's container (`PortsHub.for_kernel`: an argv prefix
-        # ending ``--`` and mounts added to the request), set by the app when ports run
-        self.ports: Callable[[str, ExecRequest], Awaitable[ExecRequest]] | None = None
+        # ending ``--`` and mounts added to the request); the app sets it when ports run
+        self.ports = ports
 
     # -- SandboxBackend --------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ An execute is an execution (tool `kernel_exec`, `group:exec`): it goes through a
 over `KernelBackend`, sharing the app's policy, audit log, quotas and refusal limiter, so it
 is admitted, decided, audited and counted like any call. A kernel unused for `idle_s` is
 saved to the session's disk and stopped (`sweep_idle`, a background task); at shutdown every
-running kernel is saved the same way.
+running kernel is saved the same way. A session on a cluster node has its kernels on that
+node (`runtime.kernels.on_nodes`): decided and audited here, run and saved there.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runtime.config import Settings
-from runtime.errors import Conflict, NotFound, QuotaExceeded
+from runtime.errors import NotFound, QuotaExceeded
 from runtime.executor import Approver, ExecOutcome, Executor, Invocation, new_exec_id
 from runtime.kernels import state
 from runtime.kernels.backend import KernelBackend, LiveKernel
@@ -36,7 +37,10 @@ from runtime.kernels.models import (
     KernelRun,
     check_kernel_name,
 )
+from runtime.kernels.on_nodes import KernelBackends, NodeTokenWatch
 from runtime.logging import get_logger
+from runtime.nodes.registry import NodeBackends, Nodes
+from runtime.nodes.wire import SESSION_TMP, SESSION_WORKSPACE
 from runtime.policy.decision import Action, Subject
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
 from runtime.sandbox.docker.backend import DockerBackend
@@ -68,13 +72,16 @@ Lease = Callable[[str, str], Awaitable[Callable[[], None]]]
 
 class KernelService:
     def __init__(self, *, executor: Executor, docker: DockerBackend, session_dir: SessionDir,
-                 lease: Lease, idle_s: float = 600.0) -> None:
+                 lease: Lease, idle_s: float = 600.0, nodes: Nodes | None = None) -> None:
         """`executor`: the app's (its policy, audit, quotas and refusals are shared);
         `session_dir(tenant, session)`: a session's directory (its disk, mounted while a
-        lease is held); `lease(tenant, session)`: hold it, returns what gives it back."""
+        lease is held); `lease(tenant, session)`: hold it, returns what gives it back;
+        `nodes`: the cluster's (a session on a node runs its kernels there)."""
         self.backend = KernelBackend(docker, lease)
+        self.placed = KernelBackends(self.backend, nodes)
+        self.node_tokens = NodeTokenWatch(self.placed)
         self.app_executor = executor  # its change limiter is the tenant's, shared
-        self.executor = Executor(engine=executor.engine, backend=self.backend,
+        self.executor = Executor(engine=executor.engine, backend=self.placed,
                                  audit=executor.audit, resolve_image=executor.resolve_image,
                                  quotas=executor.quotas, refusals=executor.admission.refusals)
         self.session_dir = session_dir
@@ -104,12 +111,16 @@ class KernelService:
         ``workdir``: where a kernel it starts sees the workspace (its cwd; HOME when it is
         not /workspace: E2B's /home/user)."""
         check_kernel_name(name)
-        if subject.node != "local":
-            raise Conflict("kernels do not run on cluster nodes yet")
-        if workspace is None:  # a caller without the call path's context (E2B)
+        on_node = self.placed.of(subject)
+        if on_node is not None:  # the node resolves the session's files from their names
+            workspace, tmp = SESSION_WORKSPACE, SESSION_TMP
+        elif workspace is None:  # a caller without the call path's context (E2B)
             session_dir = self.session_dir(subject.tenant, subject.session)
             workspace, tmp = session_dir / WORKSPACE, tmp or session_dir / TMP
-        if (subject.session, name) not in self.backend.live:
+        if on_node is None and (subject.session, name) not in self.backend.live:
+            await self._admit_new(subject, name)
+        elif on_node is not None and (subject.node, subject.session,
+                                      name) not in self.placed.known:
             await self._admit_new(subject, name)
         await self.app_executor.meter_change(subject, "kernel.exec")  # a state change
         action = Action(tool=TOOL, args={"code": code, "kernel": name}, group=GROUP,
@@ -133,6 +144,9 @@ class KernelService:
             node=outcome.node, main_result=run.main_result), outcome
 
     async def list(self, subject: Subject) -> builtins.list[KernelInfo]:
+        on_node = self.placed.of(subject)
+        if on_node is not None:
+            return await on_node.list(subject.tenant, subject.session)
         running = {k.name: k for k in self._of(subject.session)}
         found = [KernelInfo(name=k.name, state="running", started_at=k.started_at,
                             last_used_at=k.last_used_at) for k in running.values()]
@@ -143,6 +157,10 @@ class KernelService:
     async def reset(self, subject: Subject, name: str) -> bool:
         """Stop the kernel and forget its saved names; whether there was one."""
         check_kernel_name(name)
+        on_node = self.placed.of(subject)
+        if on_node is not None:
+            self.node_tokens.drop(subject.session, name)
+            return await on_node.stop(subject.tenant, subject.session, name)
         kernel = self.backend.live.get((subject.session, name))
         if kernel is not None:
             async with contextlib.AsyncExitStack() as stack:
@@ -162,19 +180,33 @@ class KernelService:
         return any(True for _ in self._of(session))
 
     async def end_session(self, session: str) -> None:
-        """The session ends: its kernels stop (nothing is saved)."""
+        """The session ends: its kernels stop (nothing is saved), here or on a node."""
         await self.backend.end_session(session)
+        self.node_tokens.drop(session)
+        for remote in self.placed.remotes():
+            with contextlib.suppress(Exception):  # a node lost has no kernels left
+                await remote.end_session(session)
 
     # -- idle kernels ----------------------------------------------------------------------
 
     async def save_idle(self, now: float | None = None) -> builtins.list[str]:
         """Save and stop kernels unused for `idle_s`; their `session/name`s."""
         cutoff = (time.time() if now is None else now) - self.idle_s
-        done = []
+        done = await self._save_idle_on_nodes(time.time() - cutoff)
         for kernel in list(self.backend.live.values()):
             if kernel.last_used_at <= cutoff and not kernel.lock.locked():
                 await self.backend.save(kernel, SAVE_TIMEOUT_S)
                 done.append(f"{kernel.session}/{kernel.name}")
+        return done
+
+    async def _save_idle_on_nodes(self, unused_s: float) -> builtins.list[str]:
+        """Each node saves its kernels unused for `unused_s` (by its own clock)."""
+        done: builtins.list[str] = []
+        for remote in self.placed.remotes():
+            try:
+                done += await remote.save_idle(max(unused_s, 0.0))
+            except Exception as exc:  # a node lost or busy: the next sweep tries again
+                log.warning("kernel_idle_save_failed", node=remote.node_id, error=str(exc))
         return done
 
     async def sweep_idle(self) -> None:
@@ -190,6 +222,11 @@ class KernelService:
     def _watch_token(self, subject: Subject, name: str) -> None:
         """A kernel ends within seconds of the revocation or expiry of the token whose
         execute started it (`TokenWatch`), its names not saved."""
+        if subject.node != "local":
+            if self.token_ended is not None and subject.user not in ("", "local"):
+                self.node_tokens.watch(subject, name, self.token_ended, TokenRef(
+                    token_id=subject.user, tenant_id=subject.tenant))
+            return
         kernel = self.backend.live.get((subject.session, name))
         if (kernel is None or self.token_ended is None or subject.user in ("", "local")
                 or id(kernel) in self._watches):
@@ -218,6 +255,7 @@ class KernelService:
         """Save every running kernel (a restart finds them saved), then stop them."""
         for task in list(self._watches.values()):
             task.cancel()
+        self.node_tokens.close()  # node kernels stay: their node saves them when idle
         kernels = list(self.backend.live.values())
         await asyncio.gather(*(self.backend.save(k, SAVE_TIMEOUT_S / 2) for k in kernels),
                              return_exceptions=True)
@@ -242,8 +280,12 @@ class KernelService:
     async def _admit_new(self, subject: Subject, name: str) -> None:
         """A kernel that does not run yet: within `max_kernels_per_session`."""
         limit = self._max_kernels(subject)
-        at_rest = {k.name for k in await self._on_disk(subject, state.saved)}
-        names = {k.name for k in self._of(subject.session)} | at_rest
+        on_node = self.placed.of(subject)
+        if on_node is not None:
+            names = {k.name for k in await on_node.list(subject.tenant, subject.session)}
+        else:
+            at_rest = {k.name for k in await self._on_disk(subject, state.saved)}
+            names = {k.name for k in self._of(subject.session)} | at_rest
         if name not in names and len(names) >= limit:
             raise QuotaExceeded(
                 f"the session has {len(names)} kernels (max_kernels_per_session {limit}); "
@@ -269,5 +311,6 @@ def for_app(settings: Settings, executor: Executor, backend: SandboxBackend,
         held = await asyncio.to_thread(workspaces.open, tenant, session)
         return held.close
 
+    nodes = executor.backend.nodes if isinstance(executor.backend, NodeBackends) else None
     return KernelService(executor=executor, docker=backend, session_dir=workspaces.session_dir,
-                         lease=lease, idle_s=settings.kernel_idle_s)
+                         lease=lease, idle_s=settings.kernel_idle_s, nodes=nodes)

@@ -38,6 +38,7 @@ from runtime.config import Settings
 from runtime.errors import AuditUnavailable, NaviError
 from runtime.logging import get_logger
 from runtime.nodes.agent.cluster_addresses import ClusterAddresses
+from runtime.nodes.agent.kernels import NodeKernels
 from runtime.nodes.agent.objects import NodeObjects
 from runtime.nodes.agent.ports import NodePorts
 from runtime.nodes.agent.processes import NodeProcesses
@@ -111,6 +112,7 @@ class NodeAgent(SnapshotMethods):
             self.backend, self.workspaces,
             lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready,
             self.ports.hub)
+        self.kernels = NodeKernels(self)  # a session's kernels: `kernel_run`, `kernel_op`
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -389,3 +391,10 @@ class NodeAgent(SnapshotMethods):
 
     async def port_send(self, handle: str, data: bytes) -> None | Failed:
         return await self.ports.send(handle, data)
+
+    async def kernel_run(self, payload: bytes) -> AsyncIterator[Any]:  # NodeKernels.run
+        async for item in self.kernels.run(payload):
+            yield item
+
+    async def kernel_op(self, payload: bytes) -> Any:  # list, stop, idle save...
+        return await self.kernels.op(payload)

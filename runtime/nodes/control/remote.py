@@ -39,6 +39,7 @@ from runtime.errors import InvalidInput
 from runtime.nodes.agent.actor import NodeAgent, actor_name
 from runtime.nodes.control.files import RemoteFiles
 from runtime.nodes.control.hop import LOST, Hop, wire
+from runtime.nodes.control.kernels import RemoteKernels
 from runtime.nodes.control.processes import RemoteProcesses
 from runtime.nodes.control.snapshots import RemoteSnapshots
 from runtime.nodes.wire import (
@@ -140,6 +141,7 @@ class RemoteNode:
         self._hop = Hop(node_id, actor, on_lost)
         self._backend = RemoteBackend(self._hop)
         self.snapshots = RemoteSnapshots(self._hop)  # runtime.sessions.snapshots uses it
+        self.kernels = RemoteKernels(self._hop)  # runtime.kernels.on_nodes uses it
         self.processes = RemoteProcesses(self._hop)  # runtime.processes.on_node uses it
 
     @property
