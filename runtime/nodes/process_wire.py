@@ -55,10 +55,11 @@ class PortOpen(Where):
 
 
 class ProcessAct(Where):
-    """One act on a running process of the session: `input` (`data`), `eof`, `signal`."""
+    """One act on a running process of the session: `input` (`data`), `eof`, `signal`;
+    `end`: kill and remove it now (a control plane that died left its stream unread)."""
 
     process: str = Field(pattern=PROCESS_ID)
-    op: Literal["input", "eof", "signal"]
+    op: Literal["input", "eof", "signal", "end"]
     data: bytes = Field(b"", max_length=MAX_INPUT)
     signal: Signal | None = None
 

@@ -8,8 +8,10 @@ start. Its stdin is not: containers are created ``StdinOnce`` (so that closing t
 stdin is the program's EOF, ``input {eof: true}``), and the engine closed the program's stdin
 when the old server's attach went; ``input`` answers 409 ``conflict``. Otherwise
 its record is closed ``interrupted`` (with the exit code, if it had exited) and
-``process.exit`` audited. The ids of adopted containers are returned: the reaper's start-up
-sweep removes every other container of this instance, so none outlives its record.
+``process.exit`` audited; a process on a cluster node is never adopted (its output came over
+the stream of the server that started it), and its node is asked to end it. The ids of
+adopted containers are returned: the reaper's start-up sweep removes every other container
+of this instance, so none outlives its record.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from runtime.audit.records import AuditEntry
-from runtime.errors import SandboxError
+from runtime.errors import NodeUnavailable, SandboxError
 from runtime.logging import get_logger
 from runtime.nodes.base import LOCAL
 from runtime.processes.container import LEASE_GRACE_S
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     from runtime.processes.table import ProcessTable
 
 log = get_logger(__name__)
+
+NODE_WAIT_S = 120  # for a node process's node to be reached after a restart
+_NODE_ENDS: set[asyncio.Future[None]] = set()
 
 
 async def adopt_all(table: ProcessTable, ends: Ends) -> frozenset[str]:
@@ -92,8 +97,29 @@ async def _adopt(table: ProcessTable, ends: Ends, record: ProcessRecord,
     log.info("process_adopted", process=record.id, session=record.session_id)
 
 
+async def _end_on_node(table: ProcessTable, record: ProcessRecord) -> None:
+    """A process on a cluster node outlives a control plane that died (its node goes on
+    reporting to nobody): the node is asked to end it (nothing when it ended already), once
+    the cluster is joined (after this start-up step) and the node is there."""
+    for _ in range(NODE_WAIT_S):
+        try:
+            node = table.services.nodes.get(record.node)
+        except NodeUnavailable:
+            await asyncio.sleep(1.0)
+            continue
+        remote = getattr(node, "processes", None)
+        if remote is not None:
+            with contextlib.suppress(Exception):
+                await remote.end(record.tenant_id, record.session_id, record.id)
+        return
+
+
 async def _close(table: ProcessTable, ends: Ends, record: ProcessRecord,
                  summary: dict[str, Any] | None) -> None:
+    if record.node != LOCAL:
+        ending = asyncio.ensure_future(_end_on_node(table, record))
+        _NODE_ENDS.add(ending)
+        ending.add_done_callback(_NODE_ENDS.discard)
     code = None
     if summary is not None:
         state = await ends.containers.state(str(summary["Id"])) or {}

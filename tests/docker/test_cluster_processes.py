@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -25,7 +26,7 @@ import pytest
 
 from tests.docker.cluster_rig import Cluster, module_cluster
 from tests.docker.test_cluster_serve import Plane
-from tests.e2e.conftest import start_server, stop_server
+from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.sse import frames
 
 pytestmark = pytest.mark.docker
@@ -49,6 +50,11 @@ ECHOER = ('cat in.txt; echo ready; while read line; do echo "got $line"; '
           'echo "$line" >> heard.txt; done')
 
 
+def serve(tmp: Path, cluster: Cluster) -> Server:
+    return start_server(tmp, tmp / "policy.yaml", {"NAVI_CLUSTER": cluster.address,
+                                                   "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
+
+
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     tmp = tmp_path_factory.mktemp("plane")
@@ -56,13 +62,10 @@ def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     keys.mkdir(parents=True)
     shutil.copyfile(cluster.token_file, keys / "cluster-token")
     (keys / "cluster-token").chmod(0o600)
-    policy = tmp / "policy.yaml"
-    policy.write_text(POLICY)
-    server = start_server(tmp, policy, {"NAVI_CLUSTER": cluster.address,
-                                        "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
-    made = Plane(server, tmp)
+    (tmp / "policy.yaml").write_text(POLICY)
+    made = Plane(serve(tmp, cluster), tmp)
     yield made
-    stop_server(made.server)
+    stop_server(made.server)  # the last one (the last test restarts it)
 
 
 def client(plane: Plane) -> httpx.Client:
@@ -239,3 +242,30 @@ def test_a_declared_port_on_a_node_through_the_api_a_preview_and_a_later_call(
         assert c.get(f"{base}/index.txt").status_code == 404  # its port went with it
         assert httpx.get(f"http://127.0.0.1:{url.port}/index.txt", timeout=30,
                          headers={"Host": url.netloc.decode()}).status_code != 200
+
+
+def test_a_stopping_or_killed_control_plane_ends_its_node_processes(plane: Plane, cluster: Cluster
+                                                          ) -> None:
+    """Last: it restarts the module's control plane (stopped, then killed)."""
+    s = plane.session()
+    engine = engine_of(cluster, s["node"])
+    with client(plane) as c:
+        pid = start(c, s["id"], "sleep 600")["id"]
+        assert containers_of(engine, pid)
+    stop_server(plane.server)
+    wait_for(lambda: not containers_of(engine, pid), 30, "its container removed")
+    plane.server = serve(plane.tmp, cluster)
+    with client(plane) as c:
+        done = c.get(f"/v1/sessions/{s['id']}/processes/{pid}").json()
+    assert (done["state"], done["reason"]) == ("exited", "interrupted"), done
+    exits = [r["detail"] for r in plane.audit(session=s["id"]) if r["action"] == "process.exit"]
+    assert exits == ["reason interrupted"]
+    with client(plane) as c:  # killed (-9): its node goes on running it for nobody ...
+        crashed = start(c, s["id"], "sleep 600")["id"]
+    plane.server.process.kill()
+    stop_server(plane.server)
+    plane.server = serve(plane.tmp, cluster)  # ... until the next start has it killed
+    wait_for(lambda: not containers_of(engine, crashed), 30, "the crashed plane's process")
+    with client(plane) as c:
+        done = c.get(f"/v1/sessions/{s['id']}/processes/{crashed}").json()
+    assert (done["state"], done["reason"]) == ("exited", "interrupted"), done

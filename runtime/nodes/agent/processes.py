@@ -53,6 +53,7 @@ class _Running:
     attached: Any
     stdin_open: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
+    finish: Callable[[], Awaitable[None]] | None = None  # its end, once (`end`)
 
 
 def _read_frames(sock: socket.socket, emit: Callable[[OutputChunk], None]) -> None:
@@ -94,7 +95,20 @@ class NodeProcesses:
         attached: Any = None
         record: str | None = None
         ported: str | None = None
-        ended = False
+        ended = cleaned = False
+
+        async def finish() -> None:  # once: by the stream's end or by an `end` act
+            nonlocal cleaned
+            if cleaned:
+                return
+            cleaned = True
+            if record is not None:
+                self.running.pop(record, None)
+            await self._clean(container, attached, lease, killed=not ended)
+            if ported is not None:
+                with contextlib.suppress(Exception):
+                    await self.ports.process_ended(ported)
+
         try:
             try:
                 await self.ready()
@@ -127,19 +141,14 @@ class NodeProcesses:
                 yield packed(exc)
                 return
             self.running[record] = _Running(request.tenant, request.session, container,
-                                            attached)
+                                            attached, finish=finish)
             yield container
             async for batch in self._output(attached, container):
                 if isinstance(batch[-1], ProcessEnd):
                     ended = True
                 yield batch
         finally:
-            if record is not None:
-                self.running.pop(record, None)
-            await asyncio.shield(self._clean(container, attached, lease, killed=not ended))
-            if ported is not None:
-                with contextlib.suppress(Exception):
-                    await self.ports.process_ended(ported)
+            await asyncio.shield(finish())
 
     async def _output(self, attached: Any, container: str) -> AsyncIterator[list[Any]]:
         loop = asyncio.get_running_loop()
@@ -180,6 +189,10 @@ class NodeProcesses:
             found = self.running.get(want.process)
             if found is None or (found.tenant, found.session) != (want.tenant, want.session):
                 raise NotFound(f"no running process {want.process} of this session here")
+            if want.op == "end":  # its control plane is gone: kill and remove it now
+                if found.finish is not None:
+                    await asyncio.shield(found.finish())
+                return None
             if want.op == "signal":
                 assert want.signal is not None
                 await self.containers.signal(found.container, want.signal)

@@ -91,6 +91,12 @@ class RemoteProcesses:
         container = await link.wait(ref)  # a `Failed` raised as what the node refused
         return NodeProcess(link, stream, request, str(container))
 
+    async def end(self, tenant: str, session: str, process: str) -> None:
+        """Kill and remove a process the node may still run for a control plane that died
+        (its stream unread: the node's own end of it may never come)."""
+        await asyncio.to_thread(self._hop.call, "process_act", wire(ProcessAct(
+            tenant=tenant, session=session, process=process, op="end")))
+
     async def open_port(self, tenant: str, session: str, port: int
                         ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A byte stream to a declared port on the node, as a local stream pair: one end
