@@ -10,6 +10,7 @@ costs an IPython start on a busy machine.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -157,3 +158,29 @@ def test_a_node_kernel_reaches_its_sessions_port_through_the_nodes_relay(
         got = execute(plane, s, reach)  # the kernel starts after the port: bound at start
         assert got["results"] == [{"text/plain": "'on the node\\n'"}], got
         assert c.delete(f"/v1/sessions/{s}").status_code == 204
+
+
+def test_a_node_kernel_ends_with_the_token_that_used_it(cluster: Cluster, plane: Plane) -> None:
+    server = plane.server
+    with server.client(server.admin_token) as admin:
+        made = admin.post(f"/v1/tenants/{plane.tenant}/tokens", json={"role": "user"}).json()
+    with server.client(made["token"]) as c:
+        session = c.post("/v1/sessions", json={})
+        assert session.status_code == 201, session.text
+        s, node = session.json()["id"], session.json()["node"]
+        ran = c.post(f"/v1/sessions/{s}/kernels/default/execute", json={"code": "kept = 1"},
+                     timeout=180)
+        assert ran.status_code == 200 and ran.json()["ok"], ran.text
+    assert len(containers(cluster, node, s)) == 1
+    busy = threading.Thread(target=lambda: httpx.post(  # busy: the idle sweep cannot save it
+        f"{server.url}/v1/sessions/{s}/kernels/default/execute", timeout=60,
+        json={"code": "import time\ntime.sleep(40)"},
+        headers={"Authorization": f"Bearer {made['token']}"}), daemon=True)
+    busy.start()
+    time.sleep(2)
+    with server.client(server.admin_token) as admin:
+        gone = admin.delete(f"/v1/tenants/{plane.tenant}/tokens/{made['id']}")
+        assert gone.status_code == 204, gone.text
+    until(lambda: containers(cluster, node, s) == [], 25, "ended on the node with its token")
+    assert listed(plane, s) == []  # its names were not saved
+    busy.join(30)
