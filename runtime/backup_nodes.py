@@ -3,7 +3,7 @@
 Why: on a cluster a session's image and snapshots are on its node's disk, which the
 machine running ``navi backup`` does not see. With NAVI_CLUSTER set, the backup joins the
 cluster with the data dir's token (``keys/cluster-token``, as ``navi serve`` does) and asks
-each session's node agent for its disk by ids (``runtime.nodes.agent.snapshots``): the agent
+each session's node agent for its disk by ids (``runtime.cluster.agent.snapshots``): the agent
 makes the same consistent sparse copy as a local backup (frozen while mounted) on its own
 disk and streams only its data ranges here, written sparse into the backup at the path a
 local session's image has (``workspaces/<tenant>/<session>.img``, snapshots beside it).
@@ -12,7 +12,7 @@ session's ids; a snapshot's id and description are checked before they are writt
 
 ``navi restore`` with NAVI_CLUSTER set sends them back (``put``): each image's data ranges to
 the agent of the node the manifest names, which puts it in place with the session held
-offline (``runtime.nodes.agent.restore``).
+offline (``runtime.cluster.agent.restore``).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ class NodeDisks:
         if node_id not in self._hops:
             import ray
 
+            from runtime.cluster.agent.actor import actor_name
+            from runtime.cluster.control.hop import Hop
             from runtime.cluster.link import NAMESPACE
-            from runtime.nodes.agent.actor import actor_name
-            from runtime.nodes.control.hop import Hop
 
             try:
                 actor = ray.get_actor(actor_name(node_id), namespace=NAMESPACE)
@@ -59,7 +59,7 @@ class NodeDisks:
         """Write the session's images under ``session_dir``'s place in the backup; what was
         written, or None when its node holds no image of it. ``NodeUnavailable``: its node
         is down; a malformed stream is ``SandboxError`` (the backup fails)."""
-        from runtime.nodes.control.snapshots import disk_stream
+        from runtime.cluster.control.snapshots import disk_stream
 
         try:
             items = disk_stream(self._hop(node_id), tenant, session, snapshots=snapshots)
@@ -71,7 +71,7 @@ class NodeDisks:
     def put(self, node_id: str, tenant: str, session: str, kind: Literal["session", "snapshot"],
             path: Path, meta: dict[str, Any] | None) -> None:
         """`navi restore`: the backup's image at ``path`` put back on the session's node."""
-        from runtime.nodes.control.snapshots import put_image
+        from runtime.cluster.control.snapshots import put_image
         from runtime.nodes.snapshot_wire import RestoreImage
 
         snap = meta or {}

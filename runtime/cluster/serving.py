@@ -35,7 +35,7 @@ def cluster_plane(settings: Settings, table: NodeTable, store: SessionCounts
 
     def agent(node: RayNode) -> SessionNode:
         # imported once joined: Ray reads its token settings when it is first imported
-        from runtime.nodes.control.remote import agent_for
+        from runtime.cluster.control.remote import agent_for
 
         return agent_for(node.id, node.ray_id, on_lost=plane.lost)
 

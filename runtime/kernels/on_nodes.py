@@ -2,7 +2,7 @@
 
 `KernelBackends` is the sandbox backend of the kernel service's Executor: an execute of a
 session on this machine goes to the local `KernelBackend`; one of a session on a node goes
-to that node's `RemoteKernels` (`runtime.nodes.control.kernels`), whose node runs the
+to that node's `KernelsOnNode` (`runtime.cluster.control.kernels`), whose node runs the
 kernel's container on its own engine with the session's disk there. Either way what the
 kernel said waits in the local backend's `runs[exec_id]` for the service.
 
@@ -17,21 +17,44 @@ import asyncio
 import builtins
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.errors import Conflict
 from runtime.kernels.backend import KernelBackend
+from runtime.kernels.models import KernelInfo, KernelRun
 from runtime.logging import get_logger
 from runtime.policy.decision import Subject
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.models import ExecRequest, ExecResult
 
 if TYPE_CHECKING:
-    from runtime.nodes.control.kernels import RemoteKernels
     from runtime.nodes.registry import Nodes
 
 log = get_logger(__name__)
 LOCAL = "local"
+
+
+class KernelsOnNode(Protocol):
+    """A node's kernels as the control plane reaches them (`RemoteKernels`)."""
+
+    runs: dict[str, KernelRun]  # exec_id -> what the kernel said
+
+    @property
+    def node_id(self) -> str: ...
+
+    async def run(self, request: ExecRequest, on_output: OutputCallback | None = None, *,
+                  before_start: Awaitable[object] | None = None) -> ExecResult: ...
+
+    async def kill(self, exec_id: str) -> None: ...
+
+    async def list(self, tenant: str, session: str) -> builtins.list[KernelInfo]: ...
+
+    async def stop(self, tenant: str, session: str, name: str, *, running_only: bool = False
+                   ) -> bool: ...
+
+    async def save_idle(self, unused_s: float) -> builtins.list[str]: ...
+
+    async def end_session(self, session: str) -> None: ...
 
 
 class KernelBackends:
@@ -39,15 +62,15 @@ class KernelBackends:
         self.local = local
         self.nodes = nodes
         self.known: set[tuple[str, str, str]] = set()  # (node, session, name) seen to exist
-        self._running: dict[str, RemoteKernels] = {}  # exec_id -> the node running it
+        self._running: dict[str, KernelsOnNode] = {}  # exec_id -> the node running it
 
-    def of(self, subject: Subject) -> RemoteKernels | None:
+    def of(self, subject: Subject) -> KernelsOnNode | None:
         """The node's kernels for a session on a node; None on this machine."""
         if subject.node == LOCAL:
             return None
         return self.remote(subject.node)
 
-    def remote(self, node_id: str) -> RemoteKernels:
+    def remote(self, node_id: str) -> KernelsOnNode:
         if self.nodes is None:
             raise Conflict("this server has no cluster nodes")
         kernels = getattr(self.nodes.get(node_id), "kernels", None)
@@ -55,7 +78,7 @@ class KernelBackends:
             raise Conflict(f"node {node_id!r} runs no kernels")
         return kernels  # type: ignore[no-any-return]
 
-    def remotes(self) -> builtins.list[RemoteKernels]:
+    def remotes(self) -> builtins.list[KernelsOnNode]:
         if self.nodes is None:
             return []
         found = (getattr(node, "kernels", None) for node in self.nodes.all())

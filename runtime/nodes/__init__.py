@@ -5,7 +5,7 @@ Why: the API, the tools and the agent used to reach a session's disk (`Workspace
 sandbox backend in-process. With a cluster a session lives on one execution node; every
 caller now asks `Nodes` for the session's `SessionNode` and does the same things through it,
 whether the node is this process (`LocalNode`: today's code, unchanged) or a Ray node agent
-(`runtime.nodes.control.remote.RemoteNode`).
+(`runtime.cluster.control.remote.RemoteNode`).
 
     nodes = Nodes(NodeTable(LocalNode(workspaces, backend)), placement=None)  # a cluster's
     node = nodes.for_session(record)          # by record.node; NodeUnavailable if unknown

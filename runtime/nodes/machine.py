@@ -5,7 +5,7 @@ disk limits a disk mounted again is admitted against.
 
 Why: both used to build this themselves and drifted (the node agent never set a tenant
 limit, so a disk mounted again after its restart was admitted against none). Now the
-server's start-up (`runtime.api.app`) and `runtime.nodes.agent.NodeAgent` differ only in
+server's start-up (`runtime.api.app`) and `runtime.cluster.agent.NodeAgent` differ only in
 what they hand in: where tenant limits come from (the policy there, what the control plane
 said here) and what a restart keeps (adopted processes there).
 

@@ -4,7 +4,7 @@ Why: a node shares no file system with its control plane. A request names the se
 what to mount, never a path of either machine: `SESSION_WORKSPACE` and `SESSION_TMP` are
 names (`RemoteNode.verify`/`tmp_path` return them), which the agent resolves to its own
 directories; a user tool's code is named by its SHA-256 (`ObjectMount`) and kept in the
-node's own tool-object directory (`runtime.nodes.agent.objects`). The agent trusts no
+node's own tool-object directory (`runtime.cluster.agent.objects`). The agent trusts no
 pickle: each method takes the JSON of one of these models (`parsed`: `InvalidInput`
 otherwise), so a request naming any other path (`/etc`, another session's directory) is
 refused before anything is mounted. Results name paths relative to the session

@@ -114,7 +114,7 @@ class PortsHub:
     def add_remote(self, session: str, process_id: str, ports: list[int],
                    opener: RemoteOpener) -> None:
         """A process on a cluster node declared ``ports``: its node's agent is the way to
-        them (``runtime.nodes.agent.ports``); ``opener(port)`` is a stream to one."""
+        them (``runtime.cluster.agent.ports``); ``opener(port)`` is a stream to one."""
         taken = self._remote.setdefault(session, {})
         for port in ports:
             taken[check_port(port)] = (process_id, opener)

@@ -1,10 +1,10 @@
 """A background process of a session on a cluster node: its container there, the rest here.
 
-The node runs the container (`runtime.nodes.agent.processes`: the same hardened spec as
+The node runs the container (`runtime.cluster.agent.processes`: the same hardened spec as
 here, the session's /workspace and /tmp from the node's own disk, asked for by names only);
 this control plane keeps what a user sees: the record, the policy's decision and counts, the
 audit, and the output log. The node streams the output back in batches as it comes
-(`runtime.nodes.control.processes`), and `NodeLiveProcess` writes it into the same
+(`runtime.cluster.control.processes`), and `NodeLiveProcess` writes it into the same
 `OutputLog` a process here writes, so list, output, wait, follow and the session's events
 work unchanged; `Ends` ends it as any other (its signals, exit state and removal go over
 the hop). Its declared ports are served by the node's relay broker and reached over the hop
@@ -42,7 +42,7 @@ class NodeEnd(Protocol):
 
 
 class NodeStream(Protocol):
-    """`runtime.nodes.control.processes.NodeProcess`."""
+    """`runtime.cluster.control.processes.NodeProcess`."""
 
     container: str
     end: NodeEnd | None

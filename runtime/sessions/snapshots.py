@@ -8,7 +8,7 @@ what it adds to the session's image), and for a fork
 a new session made the one way sessions are made (``open_session``: profile, quotas,
 ``session.create``), on its source's node, which is removed again if its files cannot be
 copied. A session on a cluster node has its snapshots there: the same operations go to its
-agent by ids (``runtime.nodes.control.snapshots``), the audit record and the busy rule stay
+agent by ids (``runtime.cluster.control.snapshots``), the audit record and the busy rule stay
 here.
 """
 
@@ -43,7 +43,7 @@ class SessionSnapshots:
 
     def _store(self, node_id: str) -> SnapshotsOfNode:
         """Where the session's snapshots are: this machine's, or its cluster node's (the
-        node resolves the ids: ``runtime.nodes.control.snapshots``)."""
+        node resolves the ids: ``runtime.cluster.control.snapshots``)."""
         if node_id == LOCAL:
             return self.local
         node = self.services.nodes.get(node_id)  # NodeUnavailable: 503

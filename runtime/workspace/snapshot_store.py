@@ -4,7 +4,7 @@
 while a copy is made); a callable cannot cross to a node agent. `SnapshotStore` takes the
 tenant's disk limit in bytes instead and makes the ``admit`` where the disks are: the API
 uses it for this machine's sessions, a node agent for its own
-(`runtime.nodes.agent.snapshots`), and `runtime.nodes.control.snapshots.RemoteSnapshots`
+(`runtime.cluster.agent.snapshots`), and `runtime.cluster.control.snapshots.RemoteSnapshots`
 offers the same methods over the hop, so `runtime.sessions.snapshots` does not know where a
 session lives. Blocking: call from a worker thread.
 """

@@ -16,7 +16,7 @@ container, under which runtime tier). Suites pick adapters by capability, never 
                             (``late_bind.py``; primed by another session of the tenant)
     gvisor-cold, -warm      DockerBackend on gVisor's runsc
     cluster-node            a node agent of a real local cluster, through RemoteNode
-                            (``runtime.nodes.control.remote``; the run's shared cluster, the
+                            (``runtime.cluster.control.remote``; the run's shared cluster, the
                             security probes' own 1-node one, whose agent has no session disks:
                             plain directories)
 

@@ -1,5 +1,5 @@
 """This test process as a cluster's control plane: joined to a local cluster with its token,
-one `RemoteNode` per live node (`runtime.nodes.control.remote.agent_for`).
+one `RemoteNode` per live node (`runtime.cluster.control.remote.agent_for`).
 
 Ray caches its auth token when first imported; `runtime.cluster.link.connect` resets that
 cache after setting the token, so a pytest process may join one cluster after another.
@@ -19,7 +19,7 @@ import pytest
 from tests.docker.cluster_rig import Cluster
 
 if TYPE_CHECKING:
-    from runtime.nodes.control.remote import RemoteNode
+    from runtime.cluster.control.remote import RemoteNode
 
 
 @contextlib.contextmanager
@@ -32,7 +32,7 @@ def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None, *,
     saved = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
     link.connect(cluster.address, cluster.token_file)  # sets the token, resets Ray's cache
     try:
-        from runtime.nodes.control.remote import agent_for
+        from runtime.cluster.control.remote import agent_for
 
         yield {n.id: agent_for(n.id, n.ray_id, on_lost=on_lost, disks=disks)
                for n in link.nodes() if n.alive}

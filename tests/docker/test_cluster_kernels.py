@@ -2,7 +2,7 @@
 
 One 2-node local cluster (with the python image in its engines) and one `navi serve` control
 plane (NAVI_CLUSTER) for the module. The kernel's container runs on the NODE's engine, with
-the session's disk there (`runtime.nodes.agent.kernels`); the control plane decides, audits
+the session's disk there (`runtime.cluster.agent.kernels`); the control plane decides, audits
 and keeps the token watch (`runtime.kernels.on_nodes`). Few sessions: every kernel start
 costs an IPython start on a busy machine.
 """

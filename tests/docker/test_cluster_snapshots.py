@@ -3,7 +3,7 @@
 One 2-node local cluster and one `navi serve` control plane (NAVI_CLUSTER) for the module:
 every session here lives on a node (n1 or n2), whose disk the control plane does not see
 (each node's data dir in its own mount namespace). The snapshot work is done by the node
-agent, asked by ids (`runtime.nodes.control.snapshots`); the audit record, the 409 rules and
+agent, asked by ids (`runtime.cluster.control.snapshots`); the audit record, the 409 rules and
 the quota stay on the control plane; `navi backup` streams the node disks from the agents.
 """
 

@@ -31,7 +31,7 @@ from tests.docker.cluster_rig import IMAGE, Cluster, module_cluster
 from tests.docker.node_plane import joined
 
 if TYPE_CHECKING:
-    from runtime.nodes.control.remote import RemoteNode
+    from runtime.cluster.control.remote import RemoteNode
 
 pytestmark = pytest.mark.docker
 cluster = module_cluster()
@@ -376,8 +376,8 @@ def test_a_restarted_agent_keeps_its_tenants_disk_limits(
     a disk made there for the tenant is admitted against the limit the dead agent was told,
     not unlimited until the control plane says it again."""
     from runtime.cluster import link
+    from runtime.cluster.control.remote import agent_for
     from runtime.errors import DiskQuotaExceeded
-    from runtime.nodes.control.remote import agent_for
 
     [tenant] = LIMITED
     ray_id = next(n.ray_id for n in link.nodes() if n.id == "n2")

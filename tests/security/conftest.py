@@ -24,7 +24,7 @@ from tests.docker.tool_rig import runner_image  # noqa: F401 - the fixture, used
 from tests.fakes.tool_rigs import services  # noqa: F401 - the fixture, used by name
 
 if TYPE_CHECKING:
-    from runtime.nodes.control.remote import RemoteNode  # imports Ray: only where a node is used
+    from runtime.cluster.control.remote import RemoteNode  # imports Ray: only where a node is used
 
 cluster = own_cluster(nodes=1)  # only the cluster-node adapter brings it up (its agents:
 # no session disks, so not the run's shared cluster, whose agents have them)

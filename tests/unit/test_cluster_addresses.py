@@ -6,8 +6,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from runtime.nodes.agent.actor import NodeAgent
-from runtime.nodes.agent.cluster_addresses import ClusterAddresses, addresses_of
+from runtime.cluster.agent.actor import NodeAgent
+from runtime.cluster.agent.cluster_addresses import ClusterAddresses, addresses_of
 
 
 def test_every_node_and_driver_address_is_taken_and_junk_skipped() -> None:

@@ -89,23 +89,37 @@ def test_the_workspace_package_has_no_import_circle() -> None:
     assert circles(graph("runtime.workspace")) == []
 
 
-def test_the_node_agent_does_not_import_the_cluster() -> None:
-    """The node side stands below the cluster that joins and places it: the cluster's own
-    addresses, which a node's egress proxies refuse, are read by the node agent alone and live
-    beside it (`runtime.nodes.agent.cluster_addresses`)."""
-    for path in (ROOT / "runtime" / "nodes" / "agent").glob("*.py"):
-        agent = imports(path)
-        assert sorted(m for m in agent if m.startswith(("runtime.cluster",
-                                                         "runtime.nodes.control"))) == [], path
+def test_the_node_agent_does_not_import_the_control_plane() -> None:
+    """The node side (`runtime.cluster.agent`) never imports the control plane's side
+    (`runtime.cluster.control`), the cluster's joining and placing (`serving`, `plane`,
+    `link`, `placement`) or the local-cluster builder: they share only the wire models, the
+    errors and the machine start-up. The cluster's own addresses, which a node's egress
+    proxies refuse, are read by the node agent alone (`runtime.cluster.agent.cluster_addresses`)."""
+    apart = tuple(f"runtime.cluster.{m}" for m in
+                  ("control", "serving", "plane", "link", "placement", "local"))
+    for path in (ROOT / "runtime" / "cluster" / "agent").glob("*.py"):
+        assert [m for m in imports(path) if m.startswith(apart)] == [], path
 
 
-def test_the_node_side_and_the_control_side_stand_apart() -> None:
-    """`runtime.nodes.agent` (on the node) never imports `runtime.nodes.control` (on the
-    control plane); they share only the wire models, the errors and the machine start-up.
-    The local-cluster builder (`runtime.cluster.local`) is imported by neither side."""
-    for side in ("agent", "control"):
-        for path in (ROOT / "runtime" / "nodes" / side).glob("*.py"):
-            assert not [m for m in imports(path) if m.startswith("runtime.cluster.local")], path
+def test_the_control_side_does_not_import_the_local_cluster_builder() -> None:
+    for path in (ROOT / "runtime" / "cluster" / "control").glob("*.py"):
+        assert not [m for m in imports(path) if m.startswith("runtime.cluster.local")], path
+
+
+def test_nodes_stand_below_the_features_that_run_on_them() -> None:
+    """`runtime.nodes` (where a session is, the node registry, the wire models) stands below
+    processes and kernels, which place their work through it; the node agent and the control
+    plane's side of the wire, which use both, stand above in `runtime.cluster` (was the
+    folder-level circle nodes <-> processes, nodes <-> kernels)."""
+    graph_all = graph("runtime")
+    up = {f"{module}: {m}" for module, found in graph_all.items()
+          if module.startswith("runtime.nodes") for m in found
+          if m.startswith(("runtime.cluster", "runtime.processes", "runtime.kernels"))}
+    assert sorted(up) == []
+    up = {f"{module}: {m}" for module, found in graph_all.items()
+          if module.startswith(("runtime.processes", "runtime.kernels")) for m in found
+          if m.startswith("runtime.cluster")}
+    assert sorted(up) == []
 
 
 def test_sessions_do_not_import_the_api() -> None:

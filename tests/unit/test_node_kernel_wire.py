@@ -1,5 +1,5 @@
 """What a node agent takes for a session's kernels: ids only, checked before anything is
-opened (`runtime.nodes.kernel_wire.KernelOp`; an execute is a `RunOnNode`, tested with calls)."""
+opened (`runtime.cluster.kernel_wire.KernelOp`; an execute is a `RunOnNode`, tested with calls)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from runtime.cluster.kernel_wire import KernelOp
 from runtime.errors import InvalidInput
-from runtime.nodes.kernel_wire import KernelOp
 from runtime.nodes.wire import parsed
 
 T, S = "t_0123456789abcdef", "s_0123456789abcdef"

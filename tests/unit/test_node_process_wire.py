@@ -1,5 +1,5 @@
 """What crosses the hop for a background process on a node (`runtime.nodes.process_wire`),
-and whom the node's process acts reach (`runtime.nodes.agent.processes`): no cluster
+and whom the node's process acts reach (`runtime.cluster.agent.processes`): no cluster
 needed. A start names the session and its record, never a path; an act reaches only a
 process of the session it names."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from runtime.cluster.agent.processes import NodeProcesses, _Running
 from runtime.errors import InvalidInput
-from runtime.nodes.agent.processes import NodeProcesses, _Running
 from runtime.nodes.failures import Failed
 from runtime.nodes.process_wire import ProcessAct, ProcessOnNode
 from runtime.nodes.wire import SESSION_TMP, SESSION_WORKSPACE, RunOnNode, parsed

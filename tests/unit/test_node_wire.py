@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime.cluster.agent.objects import NodeObjects
 from runtime.errors import InvalidInput, NotFound
-from runtime.nodes.agent.objects import NodeObjects
 from runtime.nodes.wire import (
     SESSION_TMP,
     SESSION_WORKSPACE,

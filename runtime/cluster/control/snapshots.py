@@ -3,7 +3,7 @@
 `RemoteSnapshots` offers the methods of `runtime.workspace.snapshot_store.SnapshotStore`
 (what `runtime.sessions.snapshots` calls for a session of this machine), each one actor
 call whose request is the JSON of `runtime.nodes.snapshot_wire.SnapshotOp`: the session and
-the snapshot named, the node resolving them (`runtime.nodes.agent.snapshots`). A snapshot
+the snapshot named, the node resolving them (`runtime.cluster.agent.snapshots`). A snapshot
 copy can take seconds on a loaded node: the hop waits `SNAPSHOT_TIMEOUT_S`.
 `disk_stream` reads a session's disk images from its agent for `navi backup`, `put_image`
 sends one back for `navi restore`.
@@ -22,7 +22,7 @@ from typing import Any
 import ray
 
 from runtime.backup_disks import data_ranges
-from runtime.nodes.control.hop import Hop, wire
+from runtime.cluster.control.hop import Hop, wire
 from runtime.nodes.snapshot_wire import DiskBackup, RestoreImage, SnapshotOp
 from runtime.nodes.wire import CHUNK
 from runtime.workspace.snapshots import Snapshot

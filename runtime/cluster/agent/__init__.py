@@ -5,5 +5,5 @@
 - `objects`: the node's tool-object directory (files a call mounts, by content hash).
 - `cluster_addresses`: the cluster's own machines, which the node's egress proxies refuse.
 
-Nothing here imports the control side (`runtime.nodes.control`) or the cluster.
+Nothing here imports the control side (`runtime.cluster.control`) or the cluster.
 """

@@ -2,19 +2,19 @@
 
 Why: with a cluster, a session's files and containers live on one node; the control plane
 keeps the API, policy, audit and store and reaches the node only through this actor
-(`runtime.nodes.control.remote.RemoteNode` is its other end). It is the same hardened machinery as
+(`runtime.cluster.control.remote.RemoteNode` is its other end). It is the same hardened machinery as
 on one machine, started the same way (`runtime.nodes.machine.Machine`): `DockerBackend`
 (the node's engine from DOCKER_HOST, its images, warm pool, egress proxy, reaper) and
 `Workspaces` (session disks under the node's own data dir, the mount guard, idle release).
 Its egress proxies also refuse the cluster's own machines
-(`runtime.nodes.agent.cluster_addresses`), read from Ray before it takes work.
+(`runtime.cluster.agent.cluster_addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
 (no dashboard, no job API run), and even then trusts no request: each is the JSON of a
 `runtime.nodes.wire` model, validated here; it names the session and what to mount, and
 the agent resolves that to its own directories (a path named in a request is refused).
 A tool's code comes by content hash into the node's tool-object directory
-(`runtime.nodes.agent.objects`). The tenant disk limits it was told are kept in its data
+(`runtime.cluster.agent.objects`). The tenant disk limits it was told are kept in its data
 dir (`tenant-limits.json`), so a disk mounted again after a restart is admitted against
 them. Errors go back as `Failed` values (`runtime.nodes.failures`).
 Files move in bounded chunks (`CHUNK`, `READ_CHUNK`): reads are a streaming generator,
@@ -27,23 +27,23 @@ import asyncio
 import contextlib
 import json
 import os
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runtime.cluster.agent.cluster_addresses import ClusterAddresses
+from runtime.cluster.agent.gates import Gates
+from runtime.cluster.agent.kernels import NodeKernels
+from runtime.cluster.agent.objects import NodeObjects
+from runtime.cluster.agent.ports import NodePorts
+from runtime.cluster.agent.processes import NodeProcesses
+from runtime.cluster.agent.resolve import relative, resolved
+from runtime.cluster.agent.restore import NodeRestores
+from runtime.cluster.agent.snapshots import NodeSnapshots, streamed
+from runtime.cluster.agent.uploads import NodeUploads
 from runtime.config import Settings
-from runtime.errors import AuditUnavailable, NaviError
+from runtime.errors import NaviError
 from runtime.logging import get_logger
-from runtime.nodes.agent.cluster_addresses import ClusterAddresses
-from runtime.nodes.agent.kernels import NodeKernels
-from runtime.nodes.agent.objects import NodeObjects
-from runtime.nodes.agent.ports import NodePorts
-from runtime.nodes.agent.processes import NodeProcesses
-from runtime.nodes.agent.resolve import relative, resolved
-from runtime.nodes.agent.snapshots import SnapshotMethods
 from runtime.nodes.failures import Failed, packed
 from runtime.nodes.machine import Machine
 from runtime.nodes.wire import (
@@ -52,41 +52,28 @@ from runtime.nodes.wire import (
     ReadOp,
     RunOnNode,
     Where,
-    WriteOpen,
     parsed,
 )
 from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.models import ExecResult, OutputChunk
 from runtime.streaming import Feed
-from runtime.workspace import AtomicWriter, Workspace
+from runtime.workspace import Workspace
 
 log = get_logger(__name__)
 T = TypeVar("T")
 
 READ_CHUNK = 1024 * 1024  # the most bytes a read streams a message
-GATE_KEPT_S = 60.0  # an open_gate whose run never came is dropped after this
 COALESCE_S = 0.005  # output within this of a chunk (or the end) goes in the same message
-WRITER_IDLE_S = 600.0  # an upload its control plane forgot is aborted after this
 
 
 def actor_name(node_id: str) -> str:
     return f"navi-node-{node_id}"
 
 
-@dataclass
-class _Upload:
-    workspace: Workspace
-    writer: AtomicWriter
-    used: float
-    next_seq: int = 0  # chunks are sent without waiting: they are written in this order
-    turn: asyncio.Condition = field(default_factory=asyncio.Condition)
-    failed: Failed | None = None
-
-
-class NodeAgent(SnapshotMethods):
-    """Made by `runtime.nodes.control.remote.agent_for` as a detached, named async Ray actor pinned
-    to its node. `data_dir`: the node's Navi data dir (default NAVI_DATA_DIR of the node);
-    `disks`: session disks (loop-mounted images) on, off, or None: when the node can."""
+class NodeAgent:
+    """Made by `runtime.cluster.control.remote.agent_for` as a detached, named async Ray
+    actor pinned to its node. `data_dir`: the node's Navi data dir (default NAVI_DATA_DIR of
+    the node); `disks`: session disks (loop-mounted images) on, off, or None: when the node can."""
 
     def __init__(self, node_id: str, data_dir: str | None = None,
                  disks: bool | None = None) -> None:
@@ -103,8 +90,10 @@ class NodeAgent(SnapshotMethods):
         self.backend: DockerBackend = backend
         self.objects = NodeObjects(self.settings.data_dir / "tool-objects")
         self._limits_file = self.settings.data_dir / "tenant-limits.json"
-        self._uploads: dict[str, _Upload] = {}
-        self._gates: dict[str, asyncio.Future[None]] = {}  # exec_id -> its start gate
+        self.uploads = NodeUploads(self.workspaces)  # `write_open`, `write`, `write_end`
+        self.snaps = NodeSnapshots(self.workspaces, self.settings.data_dir / "scratch")
+        self.restores = NodeRestores(self.workspaces)  # `restore_open`, ...
+        self.gates = Gates()  # gated calls' start gates
         self._started: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.ports = NodePorts(self.settings.data_dir / "ports")  # `port_open`
@@ -112,7 +101,8 @@ class NodeAgent(SnapshotMethods):
             self.backend, self.workspaces,
             lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready,
             self.ports.hub)
-        self.kernels = NodeKernels(self)  # a session's kernels: `kernel_run`, `kernel_op`
+        self.kernels = NodeKernels(  # a session's kernels: `kernel_run`, `kernel_op`
+            self.workspaces, self.backend, self.ports.hub, self.gates.get, self.ready)
 
     # -- life ---------------------------------------------------------------------------------
 
@@ -235,71 +225,40 @@ class NodeAgent(SnapshotMethods):
 
     async def write_open(self, payload: bytes) -> tuple[str, str] | Failed:
         """An upload: its handle and the path as shown; feed it with `write`."""
-        self._sweep_uploads()
-
-        def begin() -> tuple[str, str]:
-            op = parsed(WriteOpen, payload)
-            ws = self.workspaces.open(op.tenant, op.session, root=op.root)
-            try:
-                writer = ws.writer(op.path, expected_size=op.expected_size,
-                                   max_bytes=op.max_bytes)
-            except BaseException:
-                ws.close()
-                raise
-            handle = uuid.uuid4().hex
-            self._uploads[handle] = _Upload(ws, writer, time.monotonic())
-            return handle, writer.shown
-
-        return await self._call(begin)
+        self.uploads.sweep()
+        return await self._call(self.uploads.open, payload)
 
     async def write(self, handle: str, seq: int, data: bytes) -> None | Failed:
-        """Chunk number `seq` of an upload (they may arrive together: written in order)."""
-        if not (isinstance(seq, int) and isinstance(data, bytes)):
-            return Failed("InvalidInput", "an upload chunk is a number and bytes")
-        upload = self._uploads.get(handle) if isinstance(handle, str) else None
-        if upload is None:
-            return Failed("NotFound", "no such upload (aborted, or idle too long)")
-        async with upload.turn:
-            await upload.turn.wait_for(lambda: upload.next_seq == seq)
-            upload.used = time.monotonic()
-            if upload.failed is None:
-                try:  # on the loop: a <= 1 MiB write to the page cache costs less than a
-                    upload.writer.write(data)  # thread hop
-                except Exception as exc:
-                    upload.failed = packed(exc)
-            upload.next_seq += 1
-            upload.turn.notify_all()
-            return upload.failed
+        return await self.uploads.write(handle, seq, data)
 
     async def write_end(self, handle: str, commit: bool) -> Any:
         """Commit (the `FileEntry`) or abort an upload; its workspace is closed."""
-        upload = self._uploads.pop(handle, None) if isinstance(handle, str) else None
+        upload = self.uploads.take(handle)
         if upload is None:
             return Failed("NotFound", "no such upload (aborted, or idle too long)")
-        failed = upload.failed
+        return await self._call(self.uploads.end, upload, commit)
 
-        def end() -> Any:
-            try:
-                if failed is not None:
-                    upload.writer.abort()
-                    return failed
-                if commit:
-                    return upload.writer.commit()
-                upload.writer.abort()
-                return None
-            finally:
-                upload.workspace.close()
+    # -- snapshots, forks, backup and restore of its session disks ---------------------------
 
-        return await self._call(end)
+    async def snapshots(self, payload: bytes) -> Any:
+        """A snapshot or fork operation (`runtime.nodes.snapshot_wire.SnapshotOp`)."""
+        return await self._call(self.snaps.handle, payload)
 
-    def _sweep_uploads(self) -> None:
-        now = time.monotonic()
-        for handle, upload in list(self._uploads.items()):
-            if now - upload.used > WRITER_IDLE_S:
-                del self._uploads[handle]
-                with contextlib.suppress(Exception):
-                    upload.writer.abort()
-                upload.workspace.close()
+    async def backup_disk(self, payload: bytes) -> AsyncIterator[Any]:
+        """Streaming: a session's disk images for `navi backup` (`NodeSnapshots.stream`)."""
+        await self.ready()
+        async for item in streamed(self.snaps.stream(payload)):
+            yield item
+
+    async def restore_open(self, payload: bytes) -> Any:
+        """`navi restore`: a handle to send one image of a backup to (`NodeRestores`)."""
+        return await self._call(self.restores.open, payload)
+
+    async def restore_write(self, handle: str, offset: int, data: bytes) -> Any:
+        return await self._call(self.restores.write, handle, offset, data)
+
+    async def restore_end(self, handle: str, commit: bool) -> Any:
+        return await self._call(self.restores.end, handle, commit)
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -318,7 +277,7 @@ class NodeAgent(SnapshotMethods):
             await self.ready()
             wanted = parsed(RunOnNode, payload)
             exec_id = wanted.request.exec_id
-            gate = self._gate(exec_id) if wanted.gated else None
+            gate = self.gates.get(exec_id) if wanted.gated else None
             request = await asyncio.to_thread(resolved, wanted, self.workspaces,
                                               self.objects)
             request = self.ports.hub.for_call(request.session, request)  # its ports here
@@ -337,7 +296,7 @@ class NodeAgent(SnapshotMethods):
             yield packed(exc)
         finally:
             if exec_id is not None:
-                self._gates.pop(exec_id, None)
+                self.gates.drop(exec_id)
             if call is not None and not call.done():
                 call.cancel()
                 with contextlib.suppress(BaseException):
@@ -345,24 +304,9 @@ class NodeAgent(SnapshotMethods):
             if lease is not None:
                 lease.close()
 
-    def _gate(self, exec_id: str) -> asyncio.Future[None]:
-        """The call's start gate, made by whichever of `run` and `open_gate` comes first."""
-        gate = self._gates.get(exec_id)
-        if gate is None:
-            gate = self._gates[exec_id] = asyncio.get_running_loop().create_future()
-            gate.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
-        return gate
-
     async def open_gate(self, exec_id: str, durable: bool) -> None:
-        """The control plane's word on a gated call: its intent is durable (run it), or it
-        could not be written (run nothing). A word for no call is forgotten in a minute."""
-        gate = self._gate(exec_id)
-        if not gate.done():
-            if durable:
-                gate.set_result(None)
-            else:
-                gate.set_exception(AuditUnavailable("the call's audit intent was not written"))
-        asyncio.get_running_loop().call_later(GATE_KEPT_S, self._gates.pop, exec_id, None)
+        """The control plane's word on a gated call (`Gates.open`)."""
+        self.gates.open(exec_id, durable)
 
     async def kill(self, exec_id: str) -> None:
         if isinstance(exec_id, str):
@@ -373,7 +317,7 @@ class NodeAgent(SnapshotMethods):
             with contextlib.suppress(Exception):
                 await self.backend.release_session(session_id)
 
-    # -- background processes (`runtime.nodes.agent.processes`) ------------------------------
+    # -- background processes (`runtime.cluster.agent.processes`) ------------------------------
 
     async def process_start(self, payload: bytes) -> AsyncIterator[Any]:
         """Streaming: the container's id, output batches, a `ProcessEnd` (or a `Failed`)."""
@@ -385,7 +329,7 @@ class NodeAgent(SnapshotMethods):
         return await self.processes.act(payload)
 
     async def port_open(self, payload: bytes) -> AsyncIterator[Any]:
-        """Streaming: a declared port's bytes (`runtime.nodes.agent.ports`)."""
+        """Streaming: a declared port's bytes (`runtime.cluster.agent.ports`)."""
         async for item in self.ports.open(payload):
             yield item
 

@@ -2,14 +2,14 @@
 
 Why: what crosses the hop names the session and what to mount (`runtime.nodes.wire`); only
 the node knows where its session's workspace, /tmp and tool objects are. Calls and
-background processes (`runtime.nodes.agent.processes`) resolve the same way.
+background processes (`runtime.cluster.agent.processes`) resolve the same way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.nodes.agent.objects import NodeObjects
+from runtime.cluster.agent.objects import NodeObjects
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, ExecResult, Mount
 from runtime.workspace.manager import Workspaces

@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from runtime.nodes.control.hop import Hop, wire
+from runtime.cluster.control.hop import Hop, wire
 from runtime.nodes.wire import CHUNK, FileOp, ReadOp, Where, WriteOpen
 from runtime.workspace.models import FileEntry, FileStat
 from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult

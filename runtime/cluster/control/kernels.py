@@ -1,6 +1,6 @@
 """A node's kernels seen from the control plane: `RemoteKernels` (one per `RemoteNode`).
 
-Why: a session on a node keeps its kernels there (`runtime.nodes.agent.kernels`); the
+Why: a session on a node keeps its kernels there (`runtime.cluster.agent.kernels`); the
 control plane's `KernelService` decides, audits and meters each execute as for a local
 kernel and sends only ids and the code (`RunOnNode`, `KernelOp`: JSON the node validates).
 An execute is gated like a call (nothing runs on the node before the audit intent is
@@ -16,15 +16,15 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from runtime.cluster.control.hop import LOST, wire
+from runtime.cluster.kernel_wire import KernelOp
 from runtime.kernels.models import KernelInfo, KernelRun
-from runtime.nodes.control.hop import LOST, wire
-from runtime.nodes.kernel_wire import KernelOp
 from runtime.nodes.wire import SESSION_TMP, SESSION_WORKSPACE, RunOnNode
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
 
 if TYPE_CHECKING:
-    from runtime.nodes.control.hop import Hop
+    from runtime.cluster.control.hop import Hop
 
 
 class RemoteKernels:

@@ -17,14 +17,13 @@ import contextlib
 import os
 import secrets
 import shutil
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from runtime.backup_disks import data_ranges
-from runtime.nodes.agent.restore import NodeRestores
-from runtime.nodes.failures import Failed, packed
+from runtime.nodes.failures import packed
 from runtime.nodes.snapshot_wire import DiskBackup, SnapshotOp
 from runtime.nodes.wire import parsed
 from runtime.workspace.image_copy import (
@@ -37,10 +36,8 @@ from runtime.workspace.image_copy import (
 from runtime.workspace.snapshot_store import SnapshotStore
 
 if TYPE_CHECKING:
-    from runtime.config import Settings
     from runtime.workspace.manager import Workspaces
 
-T = TypeVar("T")
 
 STREAM_CHUNK = 1024 * 1024  # the most bytes a backup message carries
 
@@ -142,50 +139,3 @@ async def streamed(items: Generator[Any, None, None]) -> AsyncIterator[Any]:
         yield packed(exc)
     finally:
         await asyncio.to_thread(items.close)
-
-
-class SnapshotMethods:
-    """The agent's snapshot methods (`NodeAgent` inherits them: its Ray methods)."""
-
-    workspaces: Workspaces
-    settings: Settings
-    _snaps: NodeSnapshots | None = None
-    _restores: NodeRestores | None = None
-
-    async def ready(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T | Failed:
-        raise NotImplementedError
-
-    @property
-    def snaps(self) -> NodeSnapshots:
-        if self._snaps is None:
-            self._snaps = NodeSnapshots(self.workspaces, self.settings.data_dir / "scratch")
-        return self._snaps
-
-    @property
-    def restores(self) -> NodeRestores:
-        if self._restores is None:
-            self._restores = NodeRestores(self.workspaces)
-        return self._restores
-
-    async def restore_open(self, payload: bytes) -> Any:
-        """`navi restore`: a handle to send one image of a backup to (`NodeRestores`)."""
-        return await self._call(self.restores.open, payload)
-
-    async def restore_write(self, handle: str, offset: int, data: bytes) -> Any:
-        return await self._call(self.restores.write, handle, offset, data)
-
-    async def restore_end(self, handle: str, commit: bool) -> Any:
-        return await self._call(self.restores.end, handle, commit)
-
-    async def snapshots(self, payload: bytes) -> Any:
-        """A snapshot or fork operation (`runtime.nodes.snapshot_wire.SnapshotOp`)."""
-        return await self._call(self.snaps.handle, payload)
-
-    async def backup_disk(self, payload: bytes) -> AsyncIterator[Any]:
-        """Streaming: a session's disk images for `navi backup` (`NodeSnapshots.stream`)."""
-        await self.ready()
-        async for item in streamed(self.snaps.stream(payload)):
-            yield item

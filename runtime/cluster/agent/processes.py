@@ -83,7 +83,7 @@ class NodeProcesses:
                  resolve: Callable[[RunOnNode], ExecRequest],
                  ready: Callable[[], Awaitable[object]], ports: PortsHub) -> None:
         self.containers = ProcessContainers(backend)
-        self.ports = ports  # the node's relay broker (`runtime.nodes.agent.ports`)
+        self.ports = ports  # the node's relay broker (`runtime.cluster.agent.ports`)
         self.workspaces = workspaces
         self.resolve = resolve
         self.ready = ready

@@ -1,6 +1,6 @@
 """A node's background processes, seen from the control plane: one stream per process.
 
-Why: the node runs the container (`runtime.nodes.agent.processes`); this side keeps the
+Why: the node runs the container (`runtime.cluster.agent.processes`); this side keeps the
 record, the log and everything a user sees (`runtime.processes.on_node`). `start` sends the
 `ProcessOnNode` JSON and returns once the node says the container runs (its id), or raises
 what the node refused; the `NodeProcess` it returns gives the output batches as they come,
@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from runtime.nodes.control.hop import LOST, Hop, wire
+from runtime.cluster.control.hop import LOST, Hop, wire
 from runtime.nodes.process_wire import PortOpen, ProcessAct, ProcessEnd, ProcessOnNode, Signal
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, OutputChunk

@@ -5,7 +5,7 @@ hardened container on the node's engine (`runtime.kernels.backend.KernelBackend`
 node's `DockerBackend`, exactly as `navi serve` alone runs them), with the session's
 ``/workspace``, ``/tmp`` and kernel state directory from the node's own disk. Saved names
 are written and read only inside the kernel's sandbox here; the control plane keeps policy,
-audit and the token watch, and asks by ids (`runtime.nodes.kernel_wire`):
+audit and the token watch, and asks by ids (`runtime.cluster.kernel_wire`):
 
 - `run`: one execute (a `RunOnNode` naming the session, never a path), streamed back like a
   call: output as it comes, then the `ExecResult` and the `KernelRun` (results, error,
@@ -14,7 +14,7 @@ audit and the token watch, and asks by ids (`runtime.nodes.kernel_wire`):
   execute), save_idle, end_session.
 
 The kernel's ports relay follows the session's ports on the node's own relay broker
-(`runtime.nodes.agent.ports`: the session's processes declare them there), as on one machine.
+(`runtime.cluster.agent.ports`: the session's processes declare them there), as on one machine.
 """
 
 from __future__ import annotations
@@ -25,19 +25,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from runtime.cluster.kernel_wire import KernelOp
 from runtime.errors import InvalidInput
 from runtime.kernels import state
 from runtime.kernels.backend import KernelBackend, LiveKernel
 from runtime.kernels.models import KernelInfo, KernelRun
 from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
-from runtime.nodes.kernel_wire import KernelOp
 from runtime.nodes.wire import RunOnNode, parsed
 from runtime.sandbox.models import ExecResult, OutputChunk
 from runtime.streaming import Feed
 
 if TYPE_CHECKING:
-    from runtime.nodes.agent.actor import NodeAgent
+    from runtime.ports.hub import PortsHub
+    from runtime.sandbox.docker.backend import DockerBackend
+    from runtime.workspace import Workspaces
 
 log = get_logger(__name__)
 
@@ -47,15 +49,16 @@ STOP_WAIT_S = 10.0  # an execute in flight when its kernel is stopped: it ends b
 
 
 class NodeKernels:
-    """Of `agent`: its engine, session disks, relay broker (made before this), the start
-    gate of a call (`NodeAgent.open_gate` opens it) and its start, awaited before any work."""
+    """A node's kernels: its engine and session disks, its relay broker, the start gate of
+    a gated call (`Gates.get`) and the agent's start, awaited before any work."""
 
-    def __init__(self, agent: NodeAgent) -> None:
-        self.workspaces = agent.workspaces
-        self.backend = KernelBackend(agent.backend, self._lease,
-                                     ports=agent.ports.hub.for_kernel)
-        self._gate: Callable[[str], asyncio.Future[None]] = agent._gate
-        self._ready: Callable[[], Awaitable[object]] = agent.ready
+    def __init__(self, workspaces: Workspaces, engine: DockerBackend, ports: PortsHub,
+                 gate: Callable[[str], asyncio.Future[None]],
+                 ready: Callable[[], Awaitable[object]]) -> None:
+        self.workspaces = workspaces
+        self.backend = KernelBackend(engine, self._lease, ports=ports.for_kernel)
+        self._gate = gate
+        self._ready = ready
 
     async def _lease(self, tenant: str, session: str) -> Callable[[], None]:
         held = await asyncio.to_thread(self.workspaces.open, tenant, session)

@@ -1,6 +1,6 @@
 """The cluster's own machines, which no sandbox's egress may reach (issue 33).
 
-On the node side: only the node agent (`runtime.nodes.agent`) keeps this set, so it lives
+On the node side: only the node agent (`runtime.cluster.agent`) keeps this set, so it lives
 beside it, below the cluster package that joins and places nodes.
 
 The egress proxy refuses private, link-local and loopback addresses, so a cluster on a

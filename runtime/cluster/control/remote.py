@@ -2,12 +2,12 @@
 
 Why: the control plane keeps API, policy, audit and store; a session that lives on another
 machine has its disk, files and containers there, in that node's agent
-(`runtime.nodes.agent.NodeAgent`). `RemoteNode` is the same interface as `LocalNode`, so no
+(`runtime.cluster.agent.NodeAgent`). `RemoteNode` is the same interface as `LocalNode`, so no
 caller knows the difference. Nothing of the node's file system crosses the hop: requests
 are the JSON of `runtime.nodes.wire` models naming the session and what to mount; a file a
 call mounts (a user tool's copy) travels by its content hash, its bytes only the first time.
 
-- Files: `runtime.nodes.control.files` (one actor call per operation, chunked streams).
+- Files: `runtime.cluster.control.files` (one actor call per operation, chunked streams).
 - Calls: the job is sent at once with a start gate; the node prepares the container (image,
   spec, warm take) while the write-ahead audit intent is written here, and runs nothing in
   it until `open_gate(exec_id, True)`, sent only once the intent is durable (False: the
@@ -15,7 +15,7 @@ call mounts (a user tool's copy) travels by its content hash, its bytes only the
   one machine, for one more message. The node streams the output back as it comes, then
   the result. The node's after-call work does not wait for the outcome record (`settled`
   stays on this side).
-- A dead or unreachable agent is `NodeUnavailable` (`runtime.nodes.control.hop`).
+- A dead or unreachable agent is `NodeUnavailable` (`runtime.cluster.control.hop`).
 
 Blocking methods (disk, files) call `ray.get` and must run on a worker thread, as
 `Workspaces` always did; the backend is async (ObjectRefs are awaited).
@@ -35,13 +35,13 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from runtime.cluster.agent.actor import NodeAgent, actor_name
+from runtime.cluster.control.files import RemoteFiles
+from runtime.cluster.control.hop import LOST, Hop, wire
+from runtime.cluster.control.kernels import RemoteKernels
+from runtime.cluster.control.processes import RemoteProcesses
+from runtime.cluster.control.snapshots import RemoteSnapshots
 from runtime.errors import InvalidInput
-from runtime.nodes.agent.actor import NodeAgent, actor_name
-from runtime.nodes.control.files import RemoteFiles
-from runtime.nodes.control.hop import LOST, Hop, wire
-from runtime.nodes.control.kernels import RemoteKernels
-from runtime.nodes.control.processes import RemoteProcesses
-from runtime.nodes.control.snapshots import RemoteSnapshots
 from runtime.nodes.wire import (
     MAX_OBJECT_BYTES,
     SESSION_TMP,
