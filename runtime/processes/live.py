@@ -37,19 +37,9 @@ def _pump(sock: socket.socket, outlog: OutputLog,
           arrived: Callable[[int, bytes, Stream], None]) -> None:
     """Read Docker's multiplexed frames until EOF; each payload to the log, then the loop."""
     try:
-        with sock.makefile("rb", buffering=attach.READ_SIZE) as reader:
-            while True:
-                header = reader.read(8)
-                if len(header) < 8:
-                    return
-                stream = STREAMS.get(header[0], "stdout")
-                size = int.from_bytes(header[4:8], "big")
-                while size:
-                    piece = reader.read(min(size, attach.READ_SIZE))
-                    if not piece:
-                        return
-                    size -= len(piece)
-                    arrived(outlog.append(piece, stream), piece, stream)
+        for kind, piece in attach.frames(sock):
+            stream = STREAMS.get(kind, "stdout")
+            arrived(outlog.append(piece, stream), piece, stream)
     except (OSError, ValueError) as exc:  # we shut the socket down (detach, close)
         log.debug("process_stream_closed", error=str(exc))
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from tests.docker.cluster_rig import Cluster
@@ -47,3 +50,19 @@ def joined(cluster: Cluster, on_lost: Callable[[str], None] | None = None, *,
 def cluster_nodes(cluster: Cluster) -> Iterator[dict[str, RemoteNode]]:
     with joined(cluster) as nodes:
         yield nodes
+
+
+def plane_dir(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new control plane's directory, holding the cluster's token as `navi serve` reads it
+    (`data/keys/cluster-token`, 0600)."""
+    tmp = tmp_path_factory.mktemp("plane")
+    keys = tmp / "data" / "keys"
+    keys.mkdir(parents=True)
+    shutil.copyfile(cluster.token_file, keys / "cluster-token")
+    (keys / "cluster-token").chmod(0o600)
+    return tmp
+
+
+def user_client(url: str, token: str, timeout: float) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=timeout,
+                        headers={"Authorization": f"Bearer {token}"})

@@ -9,7 +9,6 @@ costs an IPython start on a busy machine.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.node_plane import plane_dir, user_client
 from tests.docker.test_cluster_serve import Plane
 from tests.e2e.conftest import ROOT, start_server, stop_server
 
@@ -31,11 +31,7 @@ IDLE_S = 6  # NAVI_KERNEL_IDLE_S of the control plane: its sweep asks the nodes 
 
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = tmp_path_factory.mktemp("plane")
-    keys = tmp / "data" / "keys"
-    keys.mkdir(parents=True)
-    shutil.copyfile(cluster.token_file, keys / "cluster-token")
-    (keys / "cluster-token").chmod(0o600)
+    tmp = plane_dir(cluster, tmp_path_factory)
     policy = tmp / "policy.yaml"
     policy.write_text((ROOT / "policies" / "default.yaml").read_text().replace(
         "execs_per_minute: 60", "execs_per_minute: 100000"))
@@ -48,8 +44,7 @@ def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def client(plane: Plane) -> httpx.Client:
-    return httpx.Client(base_url=plane.server.url, timeout=180,
-                        headers={"Authorization": f"Bearer {plane.user}"})
+    return user_client(plane.server.url, plane.user, 180)
 
 
 def execute(plane: Plane, session: str, code: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ hop, and the session's later calls on the node reach it at 127.0.0.1.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import httpx
 import pytest
 
 from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.node_plane import plane_dir, user_client
 from tests.docker.test_cluster_serve import Plane
 from tests.e2e.conftest import Server, start_server, stop_server
 from tests.e2e.sse import frames
@@ -57,11 +57,7 @@ def serve(tmp: Path, cluster: Cluster) -> Server:
 
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = tmp_path_factory.mktemp("plane")
-    keys = tmp / "data" / "keys"
-    keys.mkdir(parents=True)
-    shutil.copyfile(cluster.token_file, keys / "cluster-token")
-    (keys / "cluster-token").chmod(0o600)
+    tmp = plane_dir(cluster, tmp_path_factory)
     (tmp / "policy.yaml").write_text(POLICY)
     made = Plane(serve(tmp, cluster), tmp)
     yield made
@@ -69,8 +65,7 @@ def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def client(plane: Plane) -> httpx.Client:
-    return httpx.Client(base_url=plane.server.url, timeout=120,
-                        headers={"Authorization": f"Bearer {plane.user}"})
+    return user_client(plane.server.url, plane.user, 120)
 
 
 def engine_of(cluster: Cluster, node: str) -> docker.APIClient:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.node_plane import plane_dir, user_client
 from tests.docker.test_cluster_serve import Plane, _policy
 from tests.e2e.conftest import ROOT, start_server, stop_server
 
@@ -33,11 +33,7 @@ cluster = module_cluster()
 
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = tmp_path_factory.mktemp("plane")
-    keys = tmp / "data" / "keys"
-    keys.mkdir(parents=True)
-    shutil.copyfile(cluster.token_file, keys / "cluster-token")
-    (keys / "cluster-token").chmod(0o600)
+    tmp = plane_dir(cluster, tmp_path_factory)
     server = start_server(tmp, _policy(tmp), {"NAVI_CLUSTER": cluster.address,
                                               "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
     made = Plane(server, tmp)
@@ -46,8 +42,7 @@ def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def client(plane: Plane) -> httpx.Client:
-    return httpx.Client(base_url=plane.server.url, timeout=120,
-                        headers={"Authorization": f"Bearer {plane.user}"})
+    return user_client(plane.server.url, plane.user, 120)
 
 
 def put(plane: Plane, session: str, path: str, data: bytes) -> None:

@@ -59,19 +59,8 @@ class _Running:
 def _read_frames(sock: socket.socket, emit: Callable[[OutputChunk], None]) -> None:
     """Docker's multiplexed frames until EOF, each payload handed to ``emit``."""
     try:
-        with sock.makefile("rb", buffering=attach.READ_SIZE) as reader:
-            while True:
-                header = reader.read(8)
-                if len(header) < 8:
-                    return
-                stream = STREAMS.get(header[0], "stdout")
-                size = int.from_bytes(header[4:8], "big")
-                while size:
-                    piece = reader.read(min(size, attach.READ_SIZE))
-                    if not piece:
-                        return
-                    size -= len(piece)
-                    emit(OutputChunk(stream=stream, data=piece))
+        for kind, piece in attach.frames(sock):
+            emit(OutputChunk(stream=STREAMS.get(kind, "stdout"), data=piece))
     except (OSError, ValueError) as exc:  # we shut the socket down
         log.debug("node_process_stream_closed", error=str(exc))
 

@@ -9,7 +9,7 @@ the node), after `on_lost(node_id)` so the cluster stops sending work there at o
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import ray
@@ -73,3 +73,32 @@ class Hop:
         except LOST as exc:
             raise self.lost(exc) from None
         return self.get(ref)
+
+
+async def open_when_durable(link: Hop, stream: Any, exec_id: str,
+                            before_start: Awaitable[object] | None) -> None:
+    """A gated call's start: once the control plane's audit intent is durable
+    (`before_start`), the node may run it; if that fails, the node runs nothing and the
+    stream is cancelled."""
+    if before_start is None:
+        return
+    try:
+        await before_start
+    except BaseException:
+        link.actor.open_gate.remote(exec_id, False)  # nothing runs
+        with contextlib.suppress(Exception):
+            ray.cancel(stream)
+        raise
+    link.actor.open_gate.remote(exec_id, True)  # the intent is durable
+
+
+async def batches(link: Hop, stream: Any) -> AsyncGenerator[Any, None]:
+    """The messages of a streaming call, each waited for (a lost node raises)."""
+    while True:
+        try:
+            ref = await stream.__anext__()
+        except StopAsyncIteration:
+            return
+        except LOST as exc:
+            raise link.lost(exc) from None
+        yield await link.wait(ref)

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from runtime.cluster.control.hop import LOST, wire
+from runtime.cluster.control.hop import LOST, batches, open_when_durable, wire
 from runtime.cluster.kernel_wire import KernelOp
 from runtime.kernels.models import KernelInfo, KernelRun
 from runtime.nodes.wire import SESSION_TMP, SESSION_WORKSPACE, RunOnNode
@@ -48,34 +48,21 @@ class RemoteKernels:
                 wire(call))
         except LOST as exc:
             raise link.lost(exc) from None
-        if before_start is not None:  # the node starts the kernel meanwhile; runs nothing
-            try:
-                await before_start
-            except BaseException:
-                link.actor.open_gate.remote(request.exec_id, False)
-                with contextlib.suppress(Exception):
-                    ray.cancel(stream)
-                raise
-            link.actor.open_gate.remote(request.exec_id, True)
+        await open_when_durable(link, stream, request.exec_id, before_start)
         result: ExecResult | None = None
         try:
-            while True:
-                try:
-                    ref = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except LOST as exc:
-                    raise link.lost(exc) from None
-                for item in await link.wait(ref):
-                    if isinstance(item, OutputChunk):
-                        if on_output is not None:
-                            await on_output(item)
-                    elif isinstance(item, ExecResult):
-                        result = item
-                    elif isinstance(item, KernelRun):
-                        self.runs[request.exec_id] = item
-                if result is not None:
-                    return result
+            async with contextlib.aclosing(batches(link, stream)) as messages:
+                async for batch in messages:
+                    for item in batch:
+                        if isinstance(item, OutputChunk):
+                            if on_output is not None:
+                                await on_output(item)
+                        elif isinstance(item, ExecResult):
+                            result = item
+                        elif isinstance(item, KernelRun):
+                            self.runs[request.exec_id] = item
+                    if result is not None:
+                        return result
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 ray.cancel(stream)  # the node interrupts the execute

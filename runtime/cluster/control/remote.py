@@ -37,7 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.cluster.agent.actor import NodeAgent, actor_name
 from runtime.cluster.control.files import RemoteFiles
-from runtime.cluster.control.hop import LOST, Hop, wire
+from runtime.cluster.control.hop import LOST, Hop, batches, open_when_durable, wire
 from runtime.cluster.control.kernels import RemoteKernels
 from runtime.cluster.control.processes import RemoteProcesses
 from runtime.cluster.control.snapshots import RemoteSnapshots
@@ -92,30 +92,17 @@ class RemoteBackend:
             stream: Any = link.actor.run.options(num_returns="streaming").remote(wire(call))
         except LOST as exc:
             raise link.lost(exc) from None
-        if before_start is not None:  # the node prepares meanwhile; nothing runs before:
-            try:
-                await before_start
-            except BaseException:
-                link.actor.open_gate.remote(request.exec_id, False)  # nothing runs
-                with contextlib.suppress(Exception):
-                    ray.cancel(stream)
-                raise
-            link.actor.open_gate.remote(request.exec_id, True)  # the intent is durable
+        await open_when_durable(link, stream, request.exec_id, before_start)
         try:
-            while True:
-                try:
-                    ref = await stream.__anext__()
-                except StopAsyncIteration:
-                    break
-                except LOST as exc:
-                    raise link.lost(exc) from None
-                for item in await link.wait(ref):  # a batch: chunks, then maybe the result
-                    if isinstance(item, OutputChunk):
-                        if on_output is not None:
-                            await on_output(item)
-                    elif isinstance(item, ExecResult):
-                        self._held.update(o.sha256 for o in call.objects)
-                        return item
+            async with contextlib.aclosing(batches(link, stream)) as messages:
+                async for batch in messages:  # chunks, then maybe the result
+                    for item in batch:
+                        if isinstance(item, OutputChunk):
+                            if on_output is not None:
+                                await on_output(item)
+                        elif isinstance(item, ExecResult):
+                            self._held.update(o.sha256 for o in call.objects)
+                            return item
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 ray.cancel(stream)

@@ -18,7 +18,7 @@ import asyncio
 import queue
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from runtime.logging import get_logger
@@ -132,6 +132,22 @@ def feed_stdin(sock: socket.socket, data: bytes) -> None:
         pass
 
 
+def frames(sock: socket.socket) -> Iterator[tuple[int, bytes]]:
+    """Docker's multiplexed stream until EOF: (the stream's kind, a piece of its payload)."""
+    with sock.makefile("rb", buffering=READ_SIZE) as reader:
+        while True:
+            header = reader.read(8)
+            if len(header) < 8:
+                return
+            kind, size = header[0], int.from_bytes(header[4:8], "big")
+            while size:
+                piece = reader.read(min(size, READ_SIZE))
+                if not piece:
+                    return
+                size -= len(piece)
+                yield kind, piece
+
+
 def pump_output(
     sock: socket.socket,
     captures: dict[int, StreamCapture],
@@ -139,23 +155,13 @@ def pump_output(
 ) -> None:
     """Read frames until EOF, feeding each stream's capture and emitting the live part."""
     try:
-        with sock.makefile("rb", buffering=READ_SIZE) as reader:
-            while True:
-                header = reader.read(8)
-                if len(header) < 8:
-                    return
-                kind, size = header[0], int.from_bytes(header[4:8], "big")
-                capture = captures.get(kind)
-                while size:
-                    piece = reader.read(min(size, READ_SIZE))
-                    if not piece:
-                        return
-                    size -= len(piece)
-                    if capture is None:
-                        continue
-                    live = capture.feed(piece)
-                    if live and emit is not None:
-                        emit(capture.name, live)
+        for kind, piece in frames(sock):
+            capture = captures.get(kind)
+            if capture is None:
+                continue
+            live = capture.feed(piece)
+            if live and emit is not None:
+                emit(capture.name, live)
     except OSError as exc:  # we shut the socket down (kill, cancellation)
         log.debug("attach_stream_closed", error=str(exc))
 
