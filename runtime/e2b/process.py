@@ -201,7 +201,10 @@ class ProcessService:
         if name is None:
             raise ConnectError(Code.INVALID_ARGUMENT, "only SIGTERM and SIGKILL can be sent")
         try:
-            await processes.signal(await caller.subject(), started.process_id, name)
+            if name == "KILL":  # the SDK's kill(): answer once it has ended, as envd's list shows
+                await processes.stop(await caller.subject(), started.process_id, name)
+            else:
+                await processes.signal(await caller.subject(), started.process_id, name)
         except NaviError as exc:
             raise connect_error(exc) from None
         return pb.SendSignalResponse()
