@@ -5,9 +5,11 @@ runs `navi-mcp-call list` in a fresh container of the server's image. The answer
 by every tenant, so the listing runs as the server itself (`server_subject()`: the default
 sandbox uid, `defaults.limits`, a quota bucket and cgroup of its own, no secrets), never as
 the tenant that happened to ask first; a subject triggers one only where its policy allows
-one of the server's tools (tool `NAME__`, group `group:mcp`). The answer is kept per server
-*content* (image and command hash): a changed policy entry is asked again; a failed listing
-is retried after `RETRY_AFTER_S`; one the server's quota refuses is not kept. Tools whose
+one of the server's tools (tool `NAME__`, group `group:mcp`). It runs on that subject's
+node, where the server's calls run (a cluster's control plane need not hold the server's
+image for its nodes' sessions). The answer is kept per server *content* (image and command hash): a
+changed policy entry is asked again; a failed listing is retried after `RETRY_AFTER_S`; one
+the server's quota refuses, or whose node cannot answer now, is not kept. Tools whose
 names or schemas Navi cannot take are left out and reported by `mcp_status`.
 """
 
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from runtime.errors import NaviError, NotFound, PolicyDenied, QuotaExceeded
+from runtime.errors import NaviError, NodeUnavailable, NotFound, PolicyDenied, QuotaExceeded
 from runtime.policy.decision import Action, Subject, server_subject
 from runtime.policy.engine import PolicyEngine
 from runtime.policy.model import MCP_GROUP, MCP_SEPARATOR, McpServer
@@ -159,7 +161,7 @@ class McpCatalog:
                 return known
             if not self._may_list(name, server, subject):
                 return None
-            state = await self._list(name, server)
+            state = await self._list(name, server, subject.node)
             if state is not None:
                 self._states[name] = state
             return state
@@ -172,15 +174,17 @@ class McpCatalog:
         action = Action(tool=listing_tool(name), group=MCP_GROUP, tool_hash=server_hash(server))
         return self.executor.engine.decide(subject, action).verdict != "deny"
 
-    async def _list(self, name: str, server: McpServer) -> ServerState | None:
+    async def _list(self, name: str, server: McpServer, node: str) -> ServerState | None:
+        """Ask the server for its tools, as the server, on `node` (the asking session's)."""
         if self.executor is None:
             return None
         action = Action(tool=listing_tool(name), group=MCP_GROUP, args={},
                         tool_hash=server_hash(server))
         try:
             outcome = await self.executor.execute(
-                server_subject(), action, Invocation(argv=list_argv(server)))
-        except (PolicyDenied, QuotaExceeded):
+                server_subject().model_copy(update={"node": node}), action,
+                Invocation(argv=list_argv(server)))
+        except (PolicyDenied, QuotaExceeded, NodeUnavailable):
             return None
         except NaviError as exc:
             return self._failed(name, server, f"{exc.code}: {exc.message}")
