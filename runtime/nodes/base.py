@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runtime.sandbox.backend import SandboxBackend
+from runtime.workspace.disk import NOTHING, TenantBytes
 from runtime.workspace.models import FileEntry, FileStat
 from runtime.workspace.search import GlobResult, GrepResult, SearchLimits, TreeResult
 from runtime.workspace.tmpdir import Root
@@ -105,8 +106,15 @@ class SessionNode(Protocol):
     def backend(self) -> SandboxBackend: ...
 
     def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
-               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
-        """Make the session's disk and workspace; its workspace path on the node."""
+               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None,
+               elsewhere: TenantBytes = NOTHING) -> Path:
+        """Make the session's disk and workspace; its workspace path on the node. Its disk
+        is admitted against `tenant_disk_bytes` with the tenant's bytes on the node and
+        `elsewhere` (on the cluster's other machines: `runtime.nodes.elsewhere`)."""
+        ...
+
+    def tenant_bytes(self, tenant_id: str) -> TenantBytes:
+        """What the tenant holds on the node, as its disk quota counts it."""
         ...
 
     def remove(self, tenant_id: str, session_id: str) -> bool: ...

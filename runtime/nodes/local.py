@@ -11,6 +11,7 @@ from pathlib import Path
 from runtime.nodes.base import LOCAL
 from runtime.sandbox.backend import SandboxBackend
 from runtime.workspace import Workspace, Workspaces
+from runtime.workspace.disk import NOTHING, TenantBytes
 from runtime.workspace.tmpdir import Root
 
 
@@ -32,9 +33,13 @@ class LocalNode:
         return self._backend
 
     def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
-               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
+               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None,
+               elsewhere: TenantBytes = NOTHING) -> Path:
         return self.workspaces.create(tenant_id, session_id, uid=uid, disk_bytes=disk_bytes,
-                                      tenant_disk_bytes=tenant_disk_bytes)
+                                      tenant_disk_bytes=tenant_disk_bytes, elsewhere=elsewhere)
+
+    def tenant_bytes(self, tenant_id: str) -> TenantBytes:
+        return self.workspaces.tenant_bytes(tenant_id)
 
     def remove(self, tenant_id: str, session_id: str) -> bool:
         return self.workspaces.remove(tenant_id, session_id)

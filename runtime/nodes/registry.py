@@ -19,6 +19,7 @@ from runtime.nodes.base import SessionNode
 from runtime.sandbox.backend import OutputCallback, SandboxBackend
 from runtime.sandbox.models import ExecRequest, ExecResult
 from runtime.store import SessionRecord
+from runtime.workspace.disk import TenantBytes
 
 
 class NodeTable:
@@ -75,6 +76,9 @@ class Nodes:
         self.discard = table.discard
         self.ids = table.ids
         self.all = table.all
+        # (node, tenant) -> what the tenant held there when last asked: counted in its disk
+        # quota while that node is away (`runtime.nodes.elsewhere`)
+        self.last_held: dict[tuple[str, str], TenantBytes] = {}
 
     async def place(self) -> SessionNode:
         """The node a new session is made on."""

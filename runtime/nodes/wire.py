@@ -21,12 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from runtime.errors import InvalidInput
 from runtime.sandbox.models import SAFE_ID_PATTERN, ExecRequest
 from runtime.store.ids import check_session_id, check_tenant_id
+from runtime.workspace.disk import TenantBytes
 from runtime.workspace.search import SearchLimits
 
 SESSION_WORKSPACE = Path("/navi-session/workspace")  # a name: the node resolves it
 SESSION_TMP = Path("/navi-session/tmp")
 SHA256 = r"^[0-9a-f]{64}$"
 MAX_OBJECT_BYTES = 1024 * 1024  # a user tool is <= 64 KiB; room to spare, no more
+MAX_BYTES = 2**62  # a byte count no machine reaches
 CHUNK = 1024 * 1024  # the most bytes an upload sends a message (each one a Ray task there)
 M = TypeVar("M", bound=BaseModel)
 FILE_OPTIONS = frozenset({"overwrite", "glob", "ignore_case", "max_results", "limits", "depth",
@@ -52,10 +54,38 @@ class Where(_Wire):
         return self
 
 
+class HeldBytes(_Wire):
+    """A tenant's bytes on a machine as its disk quota counts them
+    (`runtime.workspace.disk.TenantBytes`): the answer of `tenant_bytes`, and in a
+    `CreateDisk` what it holds on the cluster's other machines."""
+
+    in_use: int = Field(0, ge=0, le=MAX_BYTES)
+    at_rest: int = Field(0, ge=0, le=MAX_BYTES)
+
+    @classmethod
+    def of(cls, held: TenantBytes) -> HeldBytes:
+        return cls(in_use=held.in_use, at_rest=held.at_rest)
+
+    def bytes(self) -> TenantBytes:
+        return TenantBytes(self.in_use, self.at_rest)
+
+
+class TenantOf(_Wire):
+    """A tenant by id (what it holds on the node)."""
+
+    tenant: str = Field(max_length=128)
+
+    @model_validator(mode="after")
+    def _id(self) -> TenantOf:
+        check_tenant_id(self.tenant)
+        return self
+
+
 class CreateDisk(Where):
     uid: int | None = Field(None, ge=1, le=2**31 - 1)
     disk_bytes: int | None = Field(None, ge=1)
     tenant_disk_bytes: int | None = Field(None, ge=1)
+    elsewhere: HeldBytes = HeldBytes()  # counted in the tenant's quota beside the node's
 
 
 class FileOp(Where):

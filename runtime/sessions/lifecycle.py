@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import Forbidden, InvalidInput, QuotaExceeded
 from runtime.executor.prewarm import prewarm
+from runtime.nodes.elsewhere import held_elsewhere
 from runtime.sessions.principal import Principal, subject_for
 from runtime.store import SessionRecord
 from runtime.store.ids import new_session_id
@@ -50,13 +52,16 @@ async def open_session(services: OpenDeps, principal: Principal, *,
     quotas = policy.quotas(tenant_name)
     uid = await services.tenants.sandbox_uid(principal.tenant_id)
     async with services.session_create_lock:  # the count and the disk admission hold
-        if len(await services.store.list_sessions(principal.tenant_id)) >= \
-                quotas.sessions_per_tenant:
+        sessions = await services.store.list_sessions(principal.tenant_id)
+        if len(sessions) >= quotas.sessions_per_tenant:
             raise QuotaExceeded(
                 f"the tenant has {quotas.sessions_per_tenant} sessions, its quota; "
                 "delete one first", retry_after=60, quota="sessions_per_tenant")
         session_id = session_id or new_session_id()
         node = services.nodes.get(on_node) if on_node else await services.nodes.place()
+        elsewhere = await held_elsewhere(  # its disk quota counts every machine's disks
+            services.nodes, principal.tenant_id, node, Counter(s.node for s in sessions),
+            quotas.session_disk_mb * MiB)
         subject = await subject_for(services, principal, None, profile)
         await services.executor.record_action(  # audited before it exists (fail closed)
             subject.model_copy(update={"session": session_id, "node": node.id}),
@@ -68,7 +73,7 @@ async def open_session(services: OpenDeps, principal: Principal, *,
             workspace = await asyncio.to_thread(
                 node.create, principal.tenant_id, record.id, uid=uid,
                 disk_bytes=quotas.session_disk_mb * MiB,
-                tenant_disk_bytes=quotas.tenant_disk_mb * MiB)
+                tenant_disk_bytes=quotas.tenant_disk_mb * MiB, elsewhere=elsewhere)
         except BaseException:
             await services.store.delete_session(principal.tenant_id, record.id)
             await asyncio.to_thread(node.remove, principal.tenant_id, record.id)

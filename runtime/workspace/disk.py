@@ -39,6 +39,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from runtime.errors import DiskFull, DiskQuotaBusy, DiskQuotaExceeded, SandboxError
 from runtime.logging import get_logger
@@ -57,6 +58,22 @@ MKFS = ("mkfs.ext4", "-q", "-F", "-m", "0", "-J", "size=4", "-E",
 WORKSPACE = "workspace"
 ARTIFACTS = "artifacts"
 RETRY_AFTER_S = 10  # a tenant whose quota is held by calls in flight: when to try again
+
+
+class TenantBytes(NamedTuple):
+    """A tenant's bytes on one machine or several, as its quota counts them: ``in_use``
+    with mounted images at their size, ``at_rest`` as if none were mounted (what releasing
+    idle sessions would leave). In a cluster, what it holds on the other machines is added
+    to a machine's own count (``elsewhere``): the quota holds across the cluster."""
+
+    in_use: int = 0
+    at_rest: int = 0
+
+    def plus(self, other: TenantBytes) -> TenantBytes:
+        return TenantBytes(self.in_use + other.in_use, self.at_rest + other.at_rest)
+
+
+NOTHING = TenantBytes()
 
 
 def _image_stats(tenant_dir: Path) -> list[tuple[str, os.stat_result]]:
@@ -110,6 +127,12 @@ class SessionDisks:
                    else st.st_blocks * 512 for name, st in _image_stats(tenant_dir)
                    ) + snapshot_bytes(tenant_dir)
 
+    def tenant_bytes(self, tenant_dir: Path, also: int) -> TenantBytes:
+        """What the tenant's images here (and ``also``) count in its quota, in use and at
+        rest (told to the machine admitting its next session disk in a cluster)."""
+        return TenantBytes(self.tenant_allocated(tenant_dir) + also,
+                           self.tenant_allocated(tenant_dir, idle=True) + also)
+
     def mount_growth(self, session_dir: Path) -> int:
         """What mounting the session's disk adds to the counts: its size less what it holds
         (0 when it is mounted, or has no image)."""
@@ -134,13 +157,14 @@ class SessionDisks:
                 total += max(0, st.st_size - st.st_blocks * 512)
         return total
 
-    def admit(self, tenant_dir: Path, size: int, tenant_limit: int, *, also: int = 0) -> None:
+    def admit(self, tenant_dir: Path, size: int, tenant_limit: int, *, also: int = 0,
+              elsewhere: TenantBytes = NOTHING) -> None:
         """``DiskQuotaExceeded`` past the tenant's quota (``also``: its other bytes, the
-        tool copies), ``DiskFull`` when the data filesystem could not hold what the images
-        may grow to."""
+        tool copies; ``elsewhere``: what it holds on the cluster's other machines),
+        ``DiskFull`` when the data filesystem could not hold what the images may grow to."""
         if not self.enabled:
             return
-        self.admit_tenant_bytes(tenant_dir, size, tenant_limit, also=also)
+        self.admit_tenant_bytes(tenant_dir, size, tenant_limit, also=also, elsewhere=elsewhere)
         st = os.statvfs(self.root)
         free = st.f_bavail * st.f_frsize
         if (self._growth_left() + self.copying + size) > \
@@ -149,12 +173,13 @@ class SessionDisks:
                            "ask the operator to free space")
 
     def admit_tenant_bytes(self, tenant_dir: Path, size: int, tenant_limit: int, *,
-                           also: int) -> None:
+                           also: int, elsewhere: TenantBytes = NOTHING) -> None:
         """``DiskQuotaExceeded`` unless ``size`` more bytes fit in the tenant's quota beside
-        its images and ``also`` (checked whether or not sessions have disks)."""
-        allocated = self.tenant_allocated(tenant_dir) + also
+        its images, ``also`` and ``elsewhere`` (checked whether or not sessions have
+        disks); ``DiskQuotaBusy`` when they would fit once its sessions in use are idle."""
+        allocated = self.tenant_allocated(tenant_dir) + also + elsewhere.in_use
         if allocated + size > tenant_limit * self.overcommit:
-            if self.tenant_allocated(tenant_dir, idle=True) + also + size \
+            if self.tenant_allocated(tenant_dir, idle=True) + also + elsewhere.at_rest + size \
                     <= tenant_limit * self.overcommit:
                 raise DiskQuotaBusy(
                     f"the tenant's disk quota of {tenant_limit // MiB} MiB is held by its "

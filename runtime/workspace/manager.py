@@ -29,7 +29,7 @@ from runtime.errors import ConfigError, NotFound
 from runtime.logging import get_logger
 from runtime.store.ids import check_session_id, check_tenant_id
 from runtime.workspace.activity import Activity, LeasedWorkspace
-from runtime.workspace.disk import ARTIFACTS, WORKSPACE, SessionDisks
+from runtime.workspace.disk import ARTIFACTS, NOTHING, WORKSPACE, SessionDisks, TenantBytes
 from runtime.workspace.fs import DIR_FLAGS
 from runtime.workspace.models import WorkspaceLimits
 from runtime.workspace.mount_guard import MountGuard
@@ -173,11 +173,13 @@ class Workspaces:
             os.close(root)
 
     def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
-               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
+               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None,
+               elsewhere: TenantBytes = NOTHING) -> Path:
         """Create the session's disk and workspace, owned by ``uid`` (default: the configured
         sandbox uid); return the workspace's host path. ``DiskQuotaExceeded`` when the
-        tenant's sessions already hold ``tenant_disk_bytes``, ``DiskFull`` when the server's
-        data disk could not hold another one."""
+        tenant's sessions (here, and ``elsewhere``: on the cluster's other machines) already
+        hold ``tenant_disk_bytes``, ``DiskFull`` when the server's data disk could not hold
+        another one."""
         owner = (uid, uid) if uid is not None else (self.sandbox_uid, self.sandbox_gid)
         size = disk_bytes if disk_bytes is not None else self.limits.max_disk_bytes
         session_dir = self.session_dir(tenant_id, session_id)
@@ -187,7 +189,8 @@ class Workspaces:
         limit = self.residency.limit(tenant_id)
         with self._admission:
             self.residency.make_room(tenant_id, lambda: self.disks.admit(
-                session_dir.parent, size, limit, also=self.also(tenant_id)))
+                session_dir.parent, size, limit, also=self.also(tenant_id),
+                elsewhere=elsewhere))
             self.disks.create(session_dir, size)
         self.activity.mark_active((tenant_id, session_id))
         session_fd = os.open(session_dir, _NOFOLLOW_DIR)
@@ -212,6 +215,11 @@ class Workspaces:
     def also(self, tenant_id: str) -> int:
         """The tenant's bytes beside its session disks: tool copies, logs, copies in flight."""
         return self.count_also(tenant_id) + self._copying.get(tenant_id, 0)
+
+    def tenant_bytes(self, tenant_id: str) -> TenantBytes:
+        """What the tenant holds here as its quota counts it (its images and ``also``)."""
+        return self.disks.tenant_bytes(self.root / check_tenant_id(tenant_id),
+                                       self.also(tenant_id))
 
     @contextlib.contextmanager
     def admitting(self, tenant_id: str, size: int, also: int, limit: int, *,

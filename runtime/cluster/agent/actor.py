@@ -49,8 +49,10 @@ from runtime.nodes.machine import Machine
 from runtime.nodes.wire import (
     CreateDisk,
     FileOp,
+    HeldBytes,
     ReadOp,
     RunOnNode,
+    TenantOf,
     Where,
     parsed,
 )
@@ -165,9 +167,19 @@ class NodeAgent:
             self._keep_limit(disk.tenant, disk.tenant_disk_bytes)
             self.workspaces.create(disk.tenant, disk.session, uid=disk.uid,
                                    disk_bytes=disk.disk_bytes,
-                                   tenant_disk_bytes=disk.tenant_disk_bytes)
+                                   tenant_disk_bytes=disk.tenant_disk_bytes,
+                                   elsewhere=disk.elsewhere.bytes())
 
         return await self._call(make)
+
+    async def tenant_bytes(self, payload: bytes) -> bytes | Failed:
+        """What a tenant holds here as its disk quota counts it (`HeldBytes` as JSON): the
+        control plane adds it up for a session disk made on another machine."""
+        def count() -> bytes:
+            tenant = parsed(TenantOf, payload).tenant
+            return HeldBytes.of(self.workspaces.tenant_bytes(tenant)).model_dump_json().encode()
+
+        return await self._call(count)
 
     async def remove(self, payload: bytes) -> bool | Failed:
         def drop() -> bool:

@@ -47,12 +47,16 @@ from runtime.nodes.wire import (
     SESSION_TMP,
     SESSION_WORKSPACE,
     CreateDisk,
+    HeldBytes,
     ObjectMount,
     RunOnNode,
+    TenantOf,
     Where,
+    parsed,
 )
 from runtime.sandbox.backend import OutputCallback
 from runtime.sandbox.models import ExecRequest, ExecResult, OutputChunk
+from runtime.workspace.disk import NOTHING, TenantBytes
 from runtime.workspace.tmpdir import Root
 
 NAMESPACE = "navi"
@@ -140,11 +144,17 @@ class RemoteNode:
         return self._backend
 
     def create(self, tenant_id: str, session_id: str, *, uid: int | None = None,
-               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None) -> Path:
+               disk_bytes: int | None = None, tenant_disk_bytes: int | None = None,
+               elsewhere: TenantBytes = NOTHING) -> Path:
         self._hop.call("create", wire(CreateDisk(
             tenant=tenant_id, session=session_id, uid=uid, disk_bytes=disk_bytes,
-            tenant_disk_bytes=tenant_disk_bytes)))
+            tenant_disk_bytes=tenant_disk_bytes, elsewhere=HeldBytes.of(elsewhere))))
         return SESSION_WORKSPACE
+
+    def tenant_bytes(self, tenant_id: str) -> TenantBytes:
+        """What the tenant holds on the node (its answer checked as a request would be)."""
+        answer = self._hop.call("tenant_bytes", wire(TenantOf(tenant=tenant_id)))
+        return parsed(HeldBytes, answer).bytes()
 
     def remove(self, tenant_id: str, session_id: str) -> bool:
         return bool(self._hop.call("remove", wire(Where(tenant=tenant_id, session=session_id))))

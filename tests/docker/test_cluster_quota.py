@@ -1,0 +1,79 @@
+"""A tenant's disk quota holds across a real 2-node local cluster, not per node.
+
+One `navi serve` control plane (NAVI_CLUSTER) on the run's shared cluster, with a policy
+whose `tenant_disk_mb` has room for exactly two sessions' disks. Each node admits a session
+disk against what the tenant holds on it plus what it holds on every other machine
+(`runtime.nodes.elsewhere`); without that, a node that holds one of the tenant's sessions
+would take a second while the other node holds another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.node_plane import plane_dir, user_client
+from tests.docker.test_cluster_serve import Plane, _policy
+from tests.e2e.conftest import start_server, stop_server
+
+pytestmark = pytest.mark.docker
+cluster = module_cluster()
+
+SESSION_MB, TENANT_MB = 32, 64  # room for exactly two sessions' disks
+FILL = "import os\nopen('big', 'wb').write(b'x' * (22 << 20))\nos.sync()\nprint('full')"
+
+
+def _quota_policy(tmp: Path) -> Path:
+    path = _policy(tmp)
+    text = path.read_text()
+    small = text.replace("    session_disk_mb: 1024", f"    session_disk_mb: {SESSION_MB}"
+                         ).replace("    tenant_disk_mb: 10240", f"    tenant_disk_mb: {TENANT_MB}")
+    assert f"tenant_disk_mb: {TENANT_MB}" in small and f"session_disk_mb: {SESSION_MB}" in small
+    path.write_text(small)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
+    tmp = plane_dir(cluster, tmp_path_factory)
+    server = start_server(tmp, _quota_policy(tmp), {"NAVI_CLUSTER": cluster.address,
+                                                    "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
+    made = Plane(server, tmp)
+    yield made
+    stop_server(made.server)
+
+
+def client(plane: Plane) -> httpx.Client:
+    return user_client(plane.server.url, plane.user, 120)
+
+
+def full_session(plane: Plane) -> dict[str, str]:
+    """A new session on a node, holding 22 of its 32 MiB (so it counts idle or not)."""
+    made = plane.session()
+    assert made["node"] in ("n1", "n2"), made
+    out = plane.run(made["id"], FILL, timeout=120)
+    assert out.status_code == 200 and out.json()["stdout"] == "full\n", out.text
+    return made
+
+
+def assert_quota_refused(resp: httpx.Response) -> None:
+    """As on one machine (tests/tenancy/test_disk.py): 413 `disk_quota`, naming the quota."""
+    assert resp.status_code == 413, resp.text
+    error = resp.json()["error"]
+    assert error["code"] == "disk_quota" and f"{TENANT_MB} MiB" in error["message"], error
+
+
+def test_the_tenant_disk_quota_counts_its_disks_on_every_node(plane: Plane) -> None:
+    first, second = full_session(plane), full_session(plane)
+    assert {first["node"], second["node"]} == {"n1", "n2"}  # one on each node
+    with client(plane) as c:
+        assert_quota_refused(c.post("/v1/sessions", json={}))
+        assert_quota_refused(c.post(f"/v1/sessions/{first['id']}/fork", json={}))
+        assert len(c.get("/v1/sessions").json()) == 2  # the refused ones left nothing
+        assert c.delete(f"/v1/sessions/{second['id']}").status_code == 204
+        again = c.post("/v1/sessions", json={})
+        assert again.status_code == 201, again.text
