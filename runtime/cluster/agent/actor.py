@@ -37,7 +37,7 @@ from runtime.cluster.agent.kernels import NodeKernels
 from runtime.cluster.agent.objects import NodeObjects
 from runtime.cluster.agent.ports import NodePorts
 from runtime.cluster.agent.processes import NodeProcesses
-from runtime.cluster.agent.resolve import relative, resolved
+from runtime.cluster.agent.resolve import relative, resolved, resolved_and_leased
 from runtime.cluster.agent.restore import NodeRestores
 from runtime.cluster.agent.snapshots import NodeSnapshots, streamed
 from runtime.cluster.agent.uploads import NodeUploads
@@ -281,24 +281,24 @@ class NodeAgent:
         what to mount; the paths are this node's. `gated`: the container is prepared, and
         nothing runs in it until `open_gate(exec_id, True)` says the call's audit intent is
         durable on the control plane (False: removed, nothing ran). Closing the stream
-        early kills the call."""
+        early kills the call. The backend's after-call work (the used warm container's
+        removal, the next one's launch: a burst of engine CPU) waits until the stream has
+        ended, so it does not slow the result's way back."""
         lease: Workspace | None = None
         call: asyncio.Task[ExecResult] | None = None
         exec_id: str | None = None
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             await self.ready()
             wanted = parsed(RunOnNode, payload)
             exec_id = wanted.request.exec_id
             gate = self.gates.get(exec_id) if wanted.gated else None
-            request = await asyncio.to_thread(resolved, wanted, self.workspaces,
-                                              self.objects)
+            request, lease = await asyncio.to_thread(resolved_and_leased, wanted,
+                                                     self.workspaces, self.objects)
             request = self.ports.hub.for_call(request.session, request)  # its ports here
-            if request.workspace is not None or request.tmp is not None:
-                lease = await asyncio.to_thread(self.workspaces.open, request.tenant,
-                                                request.session)
             output: Feed[OutputChunk] = Feed()
             call = output.follow(asyncio.create_task(
-                self.backend.run(request, output.put, before_start=gate)))
+                self.backend.run(request, output.put, before_start=gate, settled=settled)))
             async for batch, last in output.batches(COALESCE_S):
                 if last:
                     yield [*batch, relative(request, call.result(), self.workspaces)]
@@ -315,6 +315,7 @@ class NodeAgent:
                     await call
             if lease is not None:
                 lease.close()
+            settled.set_result(None)
 
     async def open_gate(self, exec_id: str, durable: bool) -> None:
         """The control plane's word on a gated call (`Gates.open`)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from runtime.cluster.agent.objects import NodeObjects
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, ExecResult, Mount
+from runtime.workspace import Workspace
 from runtime.workspace.manager import Workspaces
 
 
@@ -29,6 +30,16 @@ def resolved(wanted: RunOnNode, workspaces: Workspaces, objects: NodeObjects) ->
         "workspace": None if request.workspace is None else workspaces.path(tenant, session),
         "tmp": None if request.tmp is None else workspaces.tmp_path(tenant, session),
         "mounts": mounts})
+
+
+def resolved_and_leased(wanted: RunOnNode, workspaces: Workspaces, objects: NodeObjects
+                        ) -> tuple[ExecRequest, Workspace | None]:
+    """`resolved`, and the session's workspace held open for the call when it mounts the
+    session's files: one worker-thread hop for both. Blocking."""
+    request = resolved(wanted, workspaces, objects)
+    if request.workspace is None and request.tmp is None:
+        return request, None
+    return request, workspaces.open(request.tenant, request.session)
 
 
 def relative(request: ExecRequest, result: ExecResult, workspaces: Workspaces) -> ExecResult:

@@ -13,8 +13,9 @@ call mounts (a user tool's copy) travels by its content hash, its bytes only the
   it until `open_gate(exec_id, True)`, sent only once the intent is durable (False: the
   container is removed, nothing ran). So the intent's fsync overlaps the preparation as on
   one machine, for one more message. The node streams the output back as it comes, then
-  the result. The node's after-call work does not wait for the outcome record (`settled`
-  stays on this side).
+  the result. The node's after-call work (the used warm container's removal, the next
+  one's launch) waits until that stream has ended, not for the outcome record (`settled`
+  stays on this side): done sooner, its engine burst slowed the result's way back.
 - A dead or unreachable agent is `NodeUnavailable` (`runtime.cluster.control.hop`).
 
 Blocking methods (disk, files) call `ray.get` and must run on a worker thread, as
