@@ -123,7 +123,9 @@ async def test_a_thread_bomb_stays_within_the_pids_limit(run: RunFn) -> None:
 async def test_a_fork_bomb_is_contained(run: RunFn, tier: str) -> None:
     """The bomb ends by its deadline and the host answers meanwhile. Under runc the pids
     cgroup refuses it (EAGAIN); under gVisor ``RLIMIT_NPROC`` does, slower (forks are
-    costly there: the deadline often comes first, which kills it)."""
+    costly there: the deadline often comes first, which kills it), or the pids cgroup
+    stops the sandbox itself first (the Sentry cannot start a host thread: runsc ends the
+    call with exit 2 and no output; seen once in a fresh-clone run)."""
     started = time.monotonic()
     bomb = asyncio.ensure_future(
         run(["bash", "-c", "f(){ f | f & }; f; sleep 2"], limits=Limits(timeout_s=5, pids=64)))
@@ -134,6 +136,7 @@ async def test_a_fork_bomb_is_contained(run: RunFn, tier: str) -> None:
     result = await bomb
     assert time.monotonic() - started <= 5 + 8  # the deadline, plus the kill under load
     refused = b"fork" in result.stderr and b"Resource temporarily unavailable" in result.stderr
-    assert refused or (tier == "gvisor" and result.timed_out), result
+    sandbox_stopped = result.exit_code == 2 and not result.stdout and not result.stderr
+    assert refused or (tier == "gvisor" and (result.timed_out or sandbox_stopped)), result
     after = await run(["echo", "next call fine"])
     assert after.stdout == b"next call fine\n"
