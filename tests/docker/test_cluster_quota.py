@@ -16,9 +16,8 @@ import httpx
 import pytest
 
 from tests.docker.cluster_rig import Cluster, module_cluster
-from tests.docker.node_plane import plane_dir, user_client
-from tests.docker.test_cluster_serve import Plane, _policy
-from tests.e2e.conftest import start_server, stop_server
+from tests.docker.node_plane import user_client
+from tests.docker.test_cluster_serve import Plane, _policy, served
 
 pytestmark = pytest.mark.docker
 cluster = module_cluster()
@@ -39,12 +38,8 @@ def _quota_policy(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
-    tmp = plane_dir(cluster, tmp_path_factory)
-    server = start_server(tmp, _quota_policy(tmp), {"NAVI_CLUSTER": cluster.address,
-                                                    "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180)
-    made = Plane(server, tmp)
-    yield made
-    stop_server(made.server)
+    with served(cluster, tmp_path_factory, _quota_policy) as made:
+        yield made
 
 
 def client(plane: Plane) -> httpx.Client:

@@ -9,6 +9,7 @@ starts it again), the restart test last.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 
 from runtime.cluster import local
 from tests.docker.cluster_rig import Cluster, module_cluster
+from tests.docker.node_plane import plane_dir
 from tests.e2e.conftest import ROOT, Server, start_server, stop_server
 
 pytestmark = pytest.mark.docker
@@ -81,6 +83,19 @@ class Plane:
             got = client.get("/v1/audit", params=query)
             assert got.status_code == 200, got.text
             return list(got.json())
+
+
+@contextlib.contextmanager
+def served(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+           policy: Callable[[Path], Path] = _policy) -> Iterator[Plane]:
+    """A module's own control plane on the run's cluster (no warm pool), stopped after."""
+    tmp = plane_dir(cluster, tmp_path_factory)
+    made = Plane(start_server(tmp, policy(tmp), {"NAVI_CLUSTER": cluster.address,
+                                                 "NAVI_WARM_POOL_SIZE": "0"}, ready_s=180), tmp)
+    try:
+        yield made
+    finally:
+        stop_server(made.server)
 
 
 @pytest.fixture(scope="module")
