@@ -25,10 +25,7 @@ servers never claim the same containers); ``audit.instances/`` (lock files); log
 embedded model; the disks of sessions on cluster nodes unless the backup joined the cluster
 (NAVI_CLUSTER set: ``runtime.backup_nodes`` streams them from the node agents).
 
-Restore puts a backup into an empty or stopped data dir: it refuses while any process has
-the data dir's audit log open (its instance lock is held) and holds the server's instance
-lock itself meanwhile, so ``navi serve`` cannot start half-way. Existing state is replaced
-only with ``force``, and is then moved aside into ``pre-restore-<time>/``, never deleted.
+``navi restore`` puts a backup back: ``runtime.backup_restore``.
 """
 
 from __future__ import annotations
@@ -50,26 +47,19 @@ from pydantic import BaseModel
 from runtime.audit.backup import (
     AuditCopy,
     backup_audit,
-    fsync_file,
     sqlite_backup,
     write_new_file,
 )
-from runtime.audit.instances import live_instances, lock_instance
 from runtime.audit.layout import CHECKPOINT_NAME, DB_NAME, MIRROR_NAME
 from runtime.audit.mirror import fsync_dir
 from runtime.audit.verify import verify_store
 from runtime.backup_disks import (
     DiskReport,
     FromNodes,
-    ToNodes,
     backup_disks,
-    check_disks,
-    disk_targets,
-    restore_disks,
     session_rows,
 )
-from runtime.errors import AuditIntegrityError, Conflict, InvalidInput
-from runtime.sandbox.instance import INSTANCE_FILE, INSTANCE_ID_RE
+from runtime.errors import Conflict, InvalidInput
 
 MANIFEST = "backup.json"
 STORE_DB = "navi.sqlite3"
@@ -111,15 +101,6 @@ class BackupManifest(BaseModel):
     @property
     def total_bytes(self) -> int:
         return sum(f.bytes for f in self.files)
-
-
-class RestoreReport(BaseModel):
-    data_dir: str
-    files: list[BackupFile]
-    disks: DiskReport = DiskReport()
-    moved_aside: str | None
-    seconds: float
-    verified: Verified
 
 
 # -- backup ------------------------------------------------------------------------------
@@ -257,137 +238,3 @@ def _store_summary(path: Path) -> dict[str, int]:
             except sqlite3.Error:
                 continue
     return summary
-
-
-# -- restore -----------------------------------------------------------------------------
-
-
-def read_manifest(backup_dir: Path) -> BackupManifest:
-    """The backup's manifest, after checking every file it lists (size and SHA-256)."""
-    try:
-        manifest = BackupManifest.model_validate_json((backup_dir / MANIFEST).read_bytes())
-    except FileNotFoundError:
-        raise InvalidInput(f"{backup_dir} is not a backup (no {MANIFEST})") from None
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"{backup_dir / MANIFEST} is unreadable: {exc}") from None
-    for item in manifest.files:
-        rel = Path(item.path)
-        if rel.is_absolute() or ".." in rel.parts:
-            raise InvalidInput(f"backup lists a path outside itself: {item.path!r}")
-        path = backup_dir / rel
-        if path.is_symlink() or not path.is_file():
-            raise AuditIntegrityError(f"backup file {item.path} is missing")
-        if _entry(backup_dir, item.path, item.method).sha256 != item.sha256:
-            raise AuditIntegrityError(f"backup file {item.path} differs from the manifest")
-    problem = check_disks(backup_dir, manifest.disks.disks)
-    if problem is not None:
-        raise AuditIntegrityError(problem)
-    return manifest
-
-
-def restore_data_dir(backup_dir: Path, data_dir: Path, *, force: bool = False,
-                     nodes: ToNodes | None = None) -> RestoreReport:
-    """Put the backup ``backup_dir`` in place in ``data_dir`` (see the module doc)."""
-    started = time.monotonic()
-    backup_dir, data_dir = backup_dir.absolute(), data_dir.absolute()
-    manifest = read_manifest(backup_dir)
-    if manifest.audit is not None:
-        check = verify_store(backup_dir)
-        if not check.ok and not force:
-            raise AuditIntegrityError(f"the backup's audit log does not verify: {check.reason}")
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    held = _hold_server_lock(data_dir)
-    try:
-        ours = _instance_id(data_dir)
-        live = [i for i in live_instances(data_dir) if i != ours]
-        if live:
-            raise Conflict(f"{data_dir} is in use: audit log open by {', '.join(live)} "
-                           "(stop the server first)")
-        present = [p for p in _targets(data_dir) if p.exists() or p.is_symlink()]
-        moved = None
-        if present:
-            if not force:
-                names = ", ".join(p.name for p in present)
-                raise Conflict(f"{data_dir} already holds state ({names}); --force moves it "
-                               "aside into pre-restore-<time>/")
-            moved = _move_aside(data_dir, present)
-        side = set(manifest.disks.side_files)
-        for item in manifest.files:
-            if item.path not in side:
-                _place(backup_dir, data_dir, item)
-        restore_disks(backup_dir, data_dir, manifest.disks.disks, manifest.disks.side_files,
-                      nodes)
-        fsync_dir(data_dir)
-    finally:
-        if held is not None:
-            os.close(held)
-    report = verify_store(data_dir) if manifest.audit is not None else None
-    return RestoreReport(
-        data_dir=str(data_dir), files=manifest.files, disks=manifest.disks,
-        moved_aside=str(moved) if moved is not None else None,
-        seconds=round(time.monotonic() - started, 3),
-        verified=Verified(ok=report.ok, records=report.records,
-                          first_bad_seq=report.first_bad_seq, reason=report.reason)
-        if report is not None else Verified(ok=True, records=0),
-    )
-
-
-def _instance_id(data_dir: Path) -> str | None:
-    try:
-        value = (data_dir / INSTANCE_FILE).read_text()[:128].strip()
-    except OSError:
-        return None
-    return value if INSTANCE_ID_RE.fullmatch(value) else None
-
-
-def _hold_server_lock(data_dir: Path) -> int | None:
-    """Hold the audit lock of the data dir's server instance while restoring, so `navi
-    serve` cannot open the log half-way; Conflict if that server has it open."""
-    instance = _instance_id(data_dir)
-    if instance is None:
-        return None
-    fd = lock_instance(data_dir, instance)
-    if fd is None:
-        raise Conflict(f"{data_dir} is in use: its server ({instance}) has the audit log open "
-                       "(stop it first)")
-    return fd
-
-
-def _targets(data_dir: Path) -> list[Path]:
-    """What a restore replaces: everything a backup may hold, whether this one does or not
-    (a stale checkpoint file would not verify), and the databases' sidecars (a stale
-    ``-wal`` next to a restored database would be replayed into it)."""
-    paths = []
-    for top in (*DATABASES, DB_NAME, MIRROR_NAME, CHECKPOINT_NAME, TOOLS_DIR, KEYS_DIR,
-                *SECRET_FILES):
-        paths.append(data_dir / top)
-        if top.endswith(".sqlite3"):
-            paths += [data_dir / (top + suffix) for suffix in _SIDECARS]
-    return paths + disk_targets(data_dir)
-
-
-def _move_aside(data_dir: Path, paths: list[Path]) -> Path:
-    aside = data_dir / f"pre-restore-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
-    aside = aside.with_name(f"{aside.name}-{secrets.token_hex(2)}") if aside.exists() else aside
-    os.mkdir(aside, 0o700)
-    for path in paths:
-        os.rename(path, aside / path.name)
-    fsync_dir(aside)
-    fsync_dir(data_dir)
-    return aside
-
-
-def _place(backup_dir: Path, data_dir: Path, item: BackupFile) -> None:
-    rel = Path(item.path)
-    target = data_dir / rel
-    for parent in reversed(rel.parents[:-1]):  # directories between data_dir and the file
-        folder = data_dir / parent
-        if not folder.is_dir():
-            os.mkdir(folder, 0o700)
-            os.chmod(folder, 0o700)
-    tmp = target.with_name(f".{target.name}.restore-{secrets.token_hex(4)}")
-    mode = 0o600 if item.method == "secret" else item.mode & 0o755
-    _copy_file(backup_dir / rel, tmp, mode)
-    os.replace(tmp, target)
-    fsync_file(target)
-    fsync_dir(target.parent)

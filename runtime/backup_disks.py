@@ -110,10 +110,14 @@ class FromNodes(Protocol):
 
 
 class ToNodes(Protocol):
-    """Session disks put back on cluster nodes (``runtime.backup_nodes.NodeDisks``)."""
+    """Session disks put back on cluster nodes in two phases (``runtime.backup_nodes.NodeDisks``):
+    ``stage`` each image (nothing replaced), then ``commit`` all or ``discard`` all."""
 
-    def put(self, node_id: str, tenant: str, session: str, kind: Literal["session", "snapshot"],
-            path: Path, meta: dict[str, Any] | None) -> None: ...
+    def stage(self, disk: DiskCopy, path: Path, meta: dict[str, Any] | None) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def discard(self) -> None: ...
 
 
 def backup_disks(data_dir: Path, work: Path, sessions: list[tuple[str, str, str]], *,
@@ -291,22 +295,30 @@ def check_disks(backup_dir: Path, disks: list[DiskCopy]) -> str | None:
     return None
 
 
+def on_nodes(disks: list[DiskCopy], side_files: list[str]
+             ) -> tuple[list[DiskCopy], list[DiskCopy], list[str]]:
+    """The images of cluster nodes' sessions, and the local images and side files left."""
+    remote = [d for d in disks if d.node != "local"]
+    gone = {d.path.removesuffix(".img") + ".json" for d in remote}
+    return remote, [d for d in disks if d.node == "local"], \
+        [f for f in side_files if f not in gone]
+
+
+def stage_on_nodes(backup_dir: Path, remote: list[DiskCopy], nodes: ToNodes) -> None:
+    """Phase 1 on the nodes: each image sent to its node and staged there (with its
+    snapshot's description); nothing of theirs is replaced yet."""
+    for disk in remote:
+        side = disk.path.removesuffix(".img") + ".json"
+        meta = json.loads((backup_dir / side).read_text(encoding="utf-8")) \
+            if disk.kind == "snapshot" else None
+        nodes.stage(disk, backup_dir / disk.path, meta)
+
+
 def restore_disks(backup_dir: Path, data_dir: Path, disks: list[DiskCopy],
-                  side_files: list[str], nodes: ToNodes | None = None) -> None:
+                  side_files: list[str]) -> None:
     """Put the images (sparse) and snapshot descriptions in place under ``data_dir``, with
     each session's mount point, as the server lays them out; the server mounts a session's
-    image on its first use. Those of cluster nodes go back to their nodes (``nodes``)."""
-    if nodes is not None:
-        remote = [d for d in disks if d.node != "local"]
-        for disk in remote:
-            side = disk.path.removesuffix(".img") + ".json"
-            meta = json.loads((backup_dir / side).read_text(encoding="utf-8")) \
-                if disk.kind == "snapshot" else None
-            nodes.put(disk.node, disk.tenant, disk.session, disk.kind, backup_dir / disk.path,
-                      meta)
-        gone = {d.path.removesuffix(".img") + ".json" for d in remote}
-        disks = [d for d in disks if d.node == "local"]
-        side_files = [f for f in side_files if f not in gone]
+    image on its first use."""
     for rel in [d.path for d in disks] + side_files:
         target = data_dir / rel
         for folder in reversed(target.relative_to(data_dir).parents[:-1]):

@@ -10,20 +10,26 @@ local session's image has (``workspaces/<tenant>/<session>.img``, snapshots besi
 Nothing the agent sends names a path here: each image's place is computed from the
 session's ids; a snapshot's id and description are checked before they are written.
 
-``navi restore`` with NAVI_CLUSTER set sends them back (``put``): each image's data ranges to
-the agent of the node the manifest names, which puts it in place with the session held
-offline (``runtime.cluster.agent.restore``).
+``navi restore`` with NAVI_CLUSTER set sends them back in two phases
+(``runtime.backup_restore``): ``stage`` sends each image's data ranges to the agent of the
+node the manifest names, which checks it against the manifest's digest and keeps it aside
+under this restore's id; ``commit`` then has each node that staged put its images in place
+(the session held offline, ``runtime.cluster.agent.restore``), one node after the other,
+and ``discard`` has them all drop what they staged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.errors import NodeUnavailable, SandboxError
+from runtime.backup_disks import DiskCopy
+from runtime.errors import NaviError, NodeUnavailable, SandboxError
 from runtime.workspace.image_copy import image_of, snapshots_dir
 
 SNAPSHOT_IMAGE = re.compile(r"sn_[0-9a-f]{16}\.img")
@@ -38,6 +44,8 @@ class NodeDisks:
 
         link.connect(address, token)
         self._hops: dict[str, Any] = {}
+        self.restore_id = secrets.token_hex(8)  # what this run stages on the nodes
+        self._staged_on: list[str] = []  # nodes sent an image, in order
 
     def _hop(self, node_id: str) -> Any:
         if node_id not in self._hops:
@@ -68,20 +76,59 @@ class NodeDisks:
             raise SandboxError(f"node {node_id} sent a malformed disk stream: {exc}"
                                ) from None
 
-    def put(self, node_id: str, tenant: str, session: str, kind: Literal["session", "snapshot"],
-            path: Path, meta: dict[str, Any] | None) -> None:
-        """`navi restore`: the backup's image at ``path`` put back on the session's node."""
-        from runtime.cluster.control.snapshots import put_image
+    def stage(self, disk: DiskCopy, path: Path, meta: dict[str, Any] | None) -> None:
+        """`navi restore`'s phase 1: the backup's image at ``path`` sent to its session's
+        node and staged there. A node that is down or refuses it raises, naming it."""
+        from runtime.cluster.control.snapshots import stage_image
         from runtime.nodes.snapshot_wire import RestoreImage
 
         snap = meta or {}
-        want = RestoreImage(tenant=tenant, session=session, kind=kind,
-                            size=path.stat().st_size,
-                            snapshot=path.name.removesuffix(".img") if kind == "snapshot"
+        want = RestoreImage(restore=self.restore_id, sha256=disk.sha256, tenant=disk.tenant,
+                            session=disk.session, kind=disk.kind, size=path.stat().st_size,
+                            snapshot=path.name.removesuffix(".img") if disk.kind == "snapshot"
                             else None, name=snap.get("name"),
                             created_at=float(snap.get("created_at", 0.0)),
                             bytes=int(snap.get("bytes", 0)))
-        put_image(self._hop(node_id), want, path)
+        if disk.node not in self._staged_on:
+            self._staged_on.append(disk.node)
+        try:
+            stage_image(self._hop(disk.node), want, path)
+        except NodeUnavailable:  # its message names the node
+            raise
+        except NaviError as exc:
+            raise NaviError(f"node {disk.node} refused {disk.path}: {exc.message}") from None
+
+    def commit(self) -> None:
+        """Phase 2: each node that staged puts its images in place, in turn. On the first
+        that fails the rest drop theirs: `RestoreIncomplete` says which did what."""
+        from runtime.backup_restore import RestoreIncomplete
+        from runtime.cluster.control.snapshots import finish_restore
+
+        for n, node in enumerate(self._staged_on):
+            try:
+                finish_restore(self._hop(node), self.restore_id, commit=True)
+            except NaviError as exc:
+                rest = self._staged_on[n + 1:]
+                self._discard(rest)
+                done = ", ".join(self._staged_on[:n]) or "none"
+                raise RestoreIncomplete(
+                    f"node {node} failed to put its staged images in place ({exc.message}); "
+                    f"nodes that did: {done}; nodes that dropped theirs: "
+                    f"{', '.join(rest) or 'none'}; the data dir is unchanged. Run the same "
+                    "restore again to put every node and the data dir in the backup's state"
+                ) from None
+
+    def discard(self) -> None:
+        """Every node that was sent an image drops what it staged (a node that is down
+        has nothing staged: its agent keeps staged images only while it runs)."""
+        self._discard(self._staged_on)
+
+    def _discard(self, nodes: list[str]) -> None:
+        from runtime.cluster.control.snapshots import finish_restore
+
+        for node in nodes:
+            with contextlib.suppress(NaviError):
+                finish_restore(self._hop(node), self.restore_id, commit=False)
 
     def close(self) -> None:
         from runtime.cluster import link

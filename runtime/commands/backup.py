@@ -2,7 +2,9 @@
 
 The work is in ``runtime.backup``; this module parses options and prints what was copied.
 Exit codes: 0 done (and the copy's audit chain verifies), 1 done but the copy does not
-verify, 2 refused or failed (nothing written to DIR, or for restore nothing replaced).
+verify, 2 refused or failed (nothing written to DIR, or for restore nothing replaced, on the
+data dir or any node), 3 (restore on a cluster) some nodes put their images in place and
+one failed to: the message names them; the data dir is unchanged; run it again.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from runtime.backup import BackupFile, Verified, backup_data_dir, restore_data_dir
+from runtime.backup import BackupFile, Verified, backup_data_dir
 from runtime.backup_disks import DiskReport
+from runtime.backup_restore import RestoreIncomplete, restore_data_dir
 
 if TYPE_CHECKING:
     from runtime.backup_nodes import NodeDisks
@@ -56,14 +59,14 @@ def _with_nodes(token_dir: Path, verb: str, work: Callable[[NodeDisks | None], T
             if nodes is not None:
                 nodes.close()
     except NaviError as exc:
-        raise _fail(exc.message) from None
+        raise _fail(exc.message, 3 if isinstance(exc, RestoreIncomplete) else 2) from None
     except OSError as exc:
         raise _fail(f"{verb} failed: {exc}") from None
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"error: {escape_control(message)}", err=True)
-    return typer.Exit(2)
+    return typer.Exit(code)
 
 
 def _files(files: list[BackupFile]) -> None:

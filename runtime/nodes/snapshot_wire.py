@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
-from runtime.nodes.wire import Where
+from runtime.nodes.wire import SHA256, Where, _Wire
 from runtime.store.ids import check_session_id
 
 SNAPSHOT = r"^sn_[0-9a-f]{16}$"
+RESTORE_ID = r"^[0-9a-f]{16}$"  # one `navi restore` run: what it staged on a node
 
 
 class SnapshotOp(Where):
@@ -47,9 +48,13 @@ class DiskBackup(Where):
 
 
 class RestoreImage(Where):
-    """`navi restore`: one image of a backup put back on the node holding the session (its
-    disk, or one of its snapshots with its description); the bytes follow by handle."""
+    """`navi restore`: one image of a backup sent to the node holding the session (its
+    disk, or one of its snapshots with its description); the bytes follow by handle. The
+    node stages it under ``restore`` once its contents match ``sha256`` (the manifest's
+    ``sparse_sha256``); nothing is replaced before `RestoreFinish` commits the restore."""
 
+    restore: str = Field(pattern=RESTORE_ID)
+    sha256: str = Field(pattern=SHA256)
     kind: Literal["session", "snapshot"]
     size: int = Field(ge=0, le=1 << 44)
     snapshot: str | None = Field(None, pattern=SNAPSHOT)
@@ -62,3 +67,11 @@ class RestoreImage(Where):
         if (self.kind == "snapshot") != (self.snapshot is not None):
             raise ValueError("a snapshot's image names its snapshot, a disk's none")
         return self
+
+
+class RestoreFinish(_Wire):
+    """`navi restore`'s second phase on one node: put every image it staged under
+    ``restore`` in place (``commit``), or drop them all."""
+
+    restore: str = Field(pattern=RESTORE_ID)
+    commit: StrictBool

@@ -217,3 +217,75 @@ def test_navi_restore_puts_a_node_sessions_disk_back_on_its_node(
         assert c.get(f"/v1/sessions/{s}/files/later.txt").status_code == 404
         assert [x["id"] for x in c.get(f"/v1/sessions/{s}/snapshots").json()] == [snap["id"]]
     assert not list((tmp_path / "restored" / "workspaces").rglob(f"{s}.img"))  # not here
+
+
+def node_storage(cluster: Cluster, node: str) -> Path:
+    """The node's data dir as this machine keeps it (the node sees it in its own namespace)."""
+    record = next(n for n in cluster.state["nodes"] if n["id"] == node)
+    return Path(record["data_root"]).parent / "navi"
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("fault", ["refused", "unreachable"])
+def test_a_restore_a_node_fails_changes_nothing_on_the_other_node_nor_the_data_dir(
+    plane: Plane, cluster: Cluster, tmp_path: Path, fault: str
+) -> None:
+    """`navi restore` stages every image on every node before any node swaps one in: when
+    n2 refuses an image (or the manifest's node for them is down), n1, which had already
+    received and staged its session's disk, keeps the disk it had, and so does the data dir."""
+    on: dict[str, dict[str, Any]] = {}
+    while len(on) < 2:
+        made = node_session(plane)
+        on.setdefault(made["node"], made)
+    a, b = on["n1"]["id"], on["n2"]["id"]
+    for s in (a, b):
+        put(plane, s, "kept.txt", b"as in the backup")
+    snap = snapshot(plane, b, "kept")
+    backup = tmp_path / "backup"
+    done = navi_cli(cluster, "backup", str(backup), "--json", "--data-dir",
+                    str(plane.server.data_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for s in (a, b):
+        put(plane, s, "kept.txt", b"changed after the backup")
+        put(plane, s, "later.txt", b"made after the backup")
+    manifest = json.loads((backup / "backup.json").read_text())
+    mine = [d for d in manifest["disks"]["disks"] if d["session"] in (a, b)]
+    assert {(d["node"], d["kind"]) for d in mine} == {
+        ("n1", "session"), ("n2", "session"), ("n2", "snapshot")}
+    mine.sort(key=lambda d: (d["node"], d["kind"]))  # n1's disk is sent (and staged) first
+    if fault == "unreachable":
+        for d in mine:
+            if d["node"] == "n2":
+                d["node"] = "n9"  # a node the cluster does not have up
+    manifest["disks"]["disks"] = mine
+    (backup / "backup.json").write_text(json.dumps(manifest))
+    target = tmp_path / "target"  # a stopped control plane's data dir, replaced with --force
+    (target / "workspaces" / "t_old").mkdir(parents=True)
+    (target / "navi.sqlite3").write_bytes(b"the store before the restore")
+    (target / "workspaces" / "t_old" / "s_old.img").write_bytes(b"an image before it")
+    before = tree(target)
+    snaps = node_storage(cluster, "n2") / "workspaces" / mine[0]["tenant"] / f"{b}.snapshots"
+    if fault == "refused":  # n2 cannot make its snapshot's part file: it refuses that image
+        snaps.rename(snaps.with_name(snaps.name + ".away"))
+        snaps.write_bytes(b"")
+    try:
+        done = navi_cli(cluster, "restore", str(backup), "--force", "--data-dir", str(target))
+    finally:
+        if fault == "refused":
+            snaps.unlink()
+            snaps.with_name(snaps.name + ".away").rename(snaps)
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-3000:])
+    named = "node n2 refused" if fault == "refused" else "node n9"
+    assert named in done.stderr and "nothing was restored" in done.stderr, done.stderr
+    assert tree(target) == before  # no pre-restore-*, no staging left, not a byte changed
+    for s in (a, b):
+        assert read(plane, s, "kept.txt") == b"changed after the backup"
+        assert read(plane, s, "later.txt") == b"made after the backup"
+    with client(plane) as c:
+        assert [x["id"] for x in c.get(f"/v1/sessions/{b}/snapshots").json()] == [snap["id"]]
+    for node in ("n1", "n2"):  # every staged image dropped
+        assert not list((node_storage(cluster, node) / "workspaces").rglob("*.restore-*"))

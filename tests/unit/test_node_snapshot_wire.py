@@ -11,7 +11,7 @@ import pytest
 from runtime.backup_disks import backup_disks
 from runtime.backup_nodes import write_images
 from runtime.errors import InvalidInput, NodeUnavailable
-from runtime.nodes.snapshot_wire import RestoreImage, SnapshotOp
+from runtime.nodes.snapshot_wire import RestoreFinish, RestoreImage, SnapshotOp
 from runtime.nodes.wire import parsed
 from runtime.workspace.image_copy import image_of
 
@@ -111,13 +111,59 @@ def test_without_the_cluster_a_node_session_is_listed_as_not_copied(tmp_path: Pa
     assert [(k.session, k.reason) for k in report.skipped] == [(S, "other_node")]
 
 
+RESTORE, DIGEST = "0123456789abcdef", "ab" * 32
+
+
+def restore_op(**fields: object) -> bytes:
+    return op(restore=RESTORE, sha256=DIGEST, **fields)
+
+
+def test_a_well_formed_restore_image_parses() -> None:
+    got = parsed(RestoreImage, restore_op(kind="snapshot", size=4096, snapshot=SNAP))
+    assert (got.restore, got.sha256, got.snapshot) == (RESTORE, DIGEST, SNAP)
+
+
 @pytest.mark.parametrize("fields", [
     {"kind": "snapshot", "size": 1},  # no snapshot id
     {"kind": "session", "size": 1, "snapshot": SNAP},
     {"kind": "snapshot", "size": 1, "snapshot": "../sn_0123456789abcdef"},
     {"kind": "session", "size": -1},
     {"kind": "session", "size": 1, "path": "/etc/shadow"},
-], ids=["snapshot-unnamed", "disk-named", "snapshot-path", "negative", "a-path"])
+    {"kind": "session", "size": 1, "target": "/var/lib/navi-node/workspaces/x.img"},
+], ids=["snapshot-unnamed", "disk-named", "snapshot-path", "negative", "a-path", "a-target"])
 def test_a_restore_names_its_image_by_ids_only(fields: dict[str, object]) -> None:
     with pytest.raises(InvalidInput):
-        parsed(RestoreImage, op(**fields))
+        parsed(RestoreImage, restore_op(**fields))
+
+
+@pytest.mark.parametrize("fields", [
+    {"restore": "../../etc"},
+    {"restore": "0123456789ABCDEF"},
+    {"sha256": "ab" * 31},
+    {"sha256": None},
+], ids=["restore-path", "restore-upper", "digest-short", "digest-missing"])
+def test_a_restore_image_carries_its_restore_and_the_manifest_digest(
+    fields: dict[str, object]
+) -> None:
+    body = {"tenant": T, "session": S, "kind": "session", "size": 1, "restore": RESTORE,
+            "sha256": DIGEST, **fields}
+    with pytest.raises(InvalidInput):
+        parsed(RestoreImage, json.dumps({k: v for k, v in body.items() if v is not None}))
+
+
+def test_a_restore_finish_parses() -> None:
+    got = parsed(RestoreFinish, json.dumps({"restore": RESTORE, "commit": True}))
+    assert (got.restore, got.commit) == (RESTORE, True)
+
+
+@pytest.mark.parametrize("body", [
+    {"restore": RESTORE},  # commit or discard: said, never assumed
+    {"restore": RESTORE, "commit": "yes"},
+    {"restore": RESTORE, "commit": 1},
+    {"restore": "../x", "commit": True},
+    {"restore": RESTORE, "commit": True, "path": "/var/lib/navi-node"},
+    {"restore": RESTORE, "commit": True, "tenant": T},
+], ids=["no-commit", "commit-str", "commit-int", "restore-path", "a-path", "unknown-field"])
+def test_a_restore_finish_takes_a_restore_id_and_a_bool_only(body: dict[str, object]) -> None:
+    with pytest.raises(InvalidInput):
+        parsed(RestoreFinish, json.dumps(body))

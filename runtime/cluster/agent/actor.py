@@ -270,7 +270,12 @@ class NodeAgent:
         return await self._call(self.restores.write, handle, offset, data)
 
     async def restore_end(self, handle: str, commit: bool) -> Any:
+        """Phase 1 of `navi restore`: the image checked and staged (or dropped)."""
         return await self._call(self.restores.end, handle, commit)
+
+    async def restore_finish(self, payload: bytes) -> Any:
+        """Phase 2: the restore's staged images put in place, or all dropped."""
+        return await self._call(self.restores.finish, payload)
 
     # -- calls --------------------------------------------------------------------------------
 

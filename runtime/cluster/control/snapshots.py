@@ -5,8 +5,9 @@
 call whose request is the JSON of `runtime.nodes.snapshot_wire.SnapshotOp`: the session and
 the snapshot named, the node resolving them (`runtime.cluster.agent.snapshots`). A snapshot
 copy can take seconds on a loaded node: the hop waits `SNAPSHOT_TIMEOUT_S`.
-`disk_stream` reads a session's disk images from its agent for `navi backup`, `put_image`
-sends one back for `navi restore`.
+`disk_stream` reads a session's disk images from its agent for `navi backup`; for `navi
+restore`, `stage_image` sends one back to be staged there and `finish_restore` puts all a
+restore staged in place, or drops them (`runtime.cluster.agent.restore`).
 Blocking: call from a worker thread.
 """
 
@@ -23,7 +24,7 @@ import ray
 
 from runtime.backup_disks import data_ranges
 from runtime.cluster.control.hop import Hop, wire
-from runtime.nodes.snapshot_wire import DiskBackup, RestoreImage, SnapshotOp
+from runtime.nodes.snapshot_wire import DiskBackup, RestoreFinish, RestoreImage, SnapshotOp
 from runtime.nodes.wire import CHUNK
 from runtime.workspace.snapshots import Snapshot
 
@@ -85,9 +86,10 @@ def disk_stream(hop: Hop, tenant_id: str, session_id: str, *, snapshots: bool = 
                 ray.cancel(stream)
 
 
-def put_image(hop: Hop, want: RestoreImage, path: Path) -> None:
-    """Send a backup's image (its data ranges, `WRITE_AHEAD` chunks in flight) to the
-    node's `restore_*` methods; placed there on commit, dropped on any error."""
+def stage_image(hop: Hop, want: RestoreImage, path: Path) -> None:
+    """Send a backup's image (its data ranges, `STREAM_AHEAD` chunks in flight) to the
+    node's `restore_*` methods: staged there once its digest checks, dropped on any error;
+    nothing is replaced until `finish_restore`."""
     handle = hop.call("restore_open", wire(want))
     flying: deque[Any] = deque()
     try:
@@ -108,3 +110,9 @@ def put_image(hop: Hop, want: RestoreImage, path: Path) -> None:
             hop.call("restore_end", handle, False)
         raise
     hop.call("restore_end", handle, True)
+
+
+def finish_restore(hop: Hop, restore_id: str, *, commit: bool) -> int:
+    """The node's images staged under ``restore_id`` put in place (or dropped); how many."""
+    return int(hop.call("restore_finish", wire(RestoreFinish(restore=restore_id,
+                                                             commit=commit))))
