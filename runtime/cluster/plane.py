@@ -6,7 +6,9 @@ and is registered in `Nodes`, so its sessions' calls and files reach it; a node 
 dead, or whose agent failed a call (`lost`), is dropped from `Nodes` (its sessions answer
 503 `node_unavailable`) until Ray shows it alive again with a new agent. New sessions go to
 the live node with the fewest sessions (`runtime.cluster.placement`); the store keeps each
-session's node, so nothing else needs to survive a restart.
+session's node, so nothing else needs to survive a restart. While a node is registered, its
+questions on a tenant's bytes elsewhere are answered with `count_elsewhere`
+(`runtime.cluster.control.asks`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -26,6 +28,7 @@ from runtime.errors import NodeUnavailable, NotFound
 from runtime.logging import get_logger
 from runtime.nodes import NodeTable, SessionNode
 from runtime.store import SessionRecord
+from runtime.workspace.disk import TenantBytes
 
 log = get_logger(__name__)
 
@@ -42,6 +45,8 @@ class SessionCounts(Protocol):
 
 AgentFor = Callable[[RayNode], SessionNode]
 """Gets or makes the node agent on a live Ray node (blocking: it talks to Ray)."""
+CountElsewhere = Callable[[str, SessionNode], Awaitable[TenantBytes]]
+"""What a tenant holds on every machine but the given node (`nodes.elsewhere`)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ class ClusterPlane:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.count_elsewhere: CountElsewhere | None = None  # set before `start`
+        self._answering: dict[str, asyncio.Task[None]] = {}  # node id -> its asks answered
 
     async def start(self) -> None:
         """Join the cluster (a `ClusterError` when it refuses or is not there) and take up
@@ -85,6 +92,8 @@ class ClusterPlane:
         self._task = asyncio.create_task(self._follow())
 
     async def close(self) -> None:
+        for node_id in list(self._answering):
+            self._stop_answering(node_id)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -117,6 +126,7 @@ class ClusterPlane:
         if ray_id is not None:
             self._lost[node_id] = ray_id
             self.nodes.discard(node_id)
+            self._stop_answering(node_id)
             log.warning("cluster_node_lost", node=node_id)
 
     async def refresh(self, *, force: bool = False) -> None:
@@ -133,6 +143,7 @@ class ClusterPlane:
         if not node.alive or self._lost.get(node.id) == node.ray_id:
             if self._serving.pop(node.id, None) is not None:
                 self.nodes.discard(node.id)
+                self._stop_answering(node.id)
                 log.warning("cluster_node_dead", node=node.id)
             return
         if self._serving.get(node.id) == node.ray_id:
@@ -144,8 +155,22 @@ class ClusterPlane:
             return
         self.nodes.add(agent)
         self._serving[node.id] = node.ray_id
+        self._answer(node.id, agent)
         self._lost.pop(node.id, None)
         log.info("cluster_node_up", node=node.id, address=node.address)
+
+    def _answer(self, node_id: str, agent: SessionNode) -> None:
+        """The node's questions answered while it is registered (an agent found again
+        replaces the old stream)."""
+        self._stop_answering(node_id)
+        answer = getattr(agent, "answer_asks", None)
+        if answer is not None and self.count_elsewhere is not None:
+            self._answering[node_id] = asyncio.create_task(answer(self.count_elsewhere))
+
+    def _stop_answering(self, node_id: str) -> None:
+        task = self._answering.pop(node_id, None)
+        if task is not None:
+            task.cancel()
 
     def alive(self, node_id: str) -> bool:
         return node_id in self._serving

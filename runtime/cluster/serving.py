@@ -9,20 +9,23 @@ it) and registers a `RemoteNode` per live node agent.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from runtime.cluster import link
 from runtime.cluster.link import RayNode
 from runtime.cluster.plane import ClusterPlane, SessionCounts
 from runtime.nodes import NodeTable, SessionNode
+from runtime.nodes.elsewhere import ElsewhereDeps, tenant_elsewhere
 
 if TYPE_CHECKING:
     from runtime.config import Settings
     
 
-class JoinDeps(Protocol):
+class JoinDeps(ElsewhereDeps, Protocol):
     """What joining needs of the server (the API's `Services` is one; this package never
-    imports `runtime.api`): where the plane goes once joined."""
+    imports `runtime.api`): where the plane goes once joined, and what a node's question on
+    a tenant's bytes elsewhere is counted with (`runtime.nodes.elsewhere`)."""
 
     cluster: ClusterPlane | None
 
@@ -48,5 +51,6 @@ async def join_cluster(services: JoinDeps, plane: ClusterPlane | None) -> None:
     """Join (a `ClusterError` when the cluster refuses or is not there) and follow it."""
     if plane is None:
         return
+    plane.count_elsewhere = partial(tenant_elsewhere, services)
     await plane.start()
     services.cluster = plane

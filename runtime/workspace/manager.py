@@ -227,18 +227,20 @@ class Workspaces:
         """Admit ``size`` bytes the tenant is about to copy (a tool copy, a snapshot; ``also``:
         its other bytes beside its session disks) against its quota ``limit`` (and, with
         ``data_disk``, the data disk's room): ``DiskQuotaExceeded``/``DiskFull`` when they
-        would not fit. The admission lock is held only to check and reserve: the copy runs
-        without it (another tenant's session create or mount never waits for it), its bytes
-        counted in every admission until the block ends."""
+        would not fit; beside what it holds on the cluster's other machines, as a mount is
+        (``Residency.elsewhere``). The admission lock is held only to check and reserve: the
+        copy runs without it (another tenant's session create or mount never waits for it),
+        its bytes counted in every admission until the block ends."""
         tenant_dir = self.root / check_tenant_id(tenant_id)
+        elsewhere = self.residency.elsewhere(tenant_id)  # other machines' (before the lock)
         with self._admission:
             also += self._copying.get(tenant_id, 0)
             if data_disk:
                 self.residency.make_room(tenant_id, lambda: self.disks.admit(
-                    tenant_dir, size, limit, also=also))
+                    tenant_dir, size, limit, also=also, elsewhere=elsewhere))
             else:
                 self.residency.make_room(tenant_id, lambda: self.disks.admit_tenant_bytes(
-                    tenant_dir, size, limit, also=also))
+                    tenant_dir, size, limit, also=also, elsewhere=elsewhere))
             self._copying[tenant_id] = self._copying.get(tenant_id, 0) + size
             self.disks.copying += size
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from runtime.errors import DiskFull, DiskQuotaBusy
 from runtime.logging import get_logger
 from runtime.workspace.activity import Activity, Key
-from runtime.workspace.disk import SessionDisks
+from runtime.workspace.disk import NOTHING, SessionDisks, TenantBytes
 
 log = get_logger(__name__)
 
@@ -34,6 +34,9 @@ class Residency:
     ``drop_containers`` (a session's warm containers removed: they bind-mount its workspace)
     and ``tenant_limit`` (a tenant's disk quota in bytes, for mounts after a restart) are the
     machine's (``runtime.nodes.machine``); by default there is nothing to drop and no limit.
+    ``elsewhere``: what a tenant holds on a cluster's other machines, asked (blocking) before
+    a mount or copy is admitted; a cluster node's agent sets it (``runtime.cluster.agent.
+    asks``), one machine has nothing elsewhere.
     """
 
     def __init__(self, *, activity: Activity, disks: SessionDisks,
@@ -49,6 +52,7 @@ class Residency:
         self.drop_containers = drop_containers
         self.tenant_limit = tenant_limit
         self._limits: dict[str, int] = {}
+        self.elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING
 
     def state(self, tenant_id: str, session_id: str) -> str:
         """``active`` while the session's disk is mounted (in use lately), else ``idle``."""
@@ -114,10 +118,11 @@ class Residency:
             growth = self.disks.mount_growth(session_dir)
             if growth:
                 limit = self.limit(key[0])
+                elsewhere = self.elsewhere(key[0])  # asked before the lock: may take a hop
                 with self.admission:
                     self.make_room(key[0], lambda: self.disks.admit(
-                        session_dir.parent, growth, limit, also=self.also(key[0])),
-                        exclude=key)
+                        session_dir.parent, growth, limit, also=self.also(key[0]),
+                        elsewhere=elsewhere), exclude=key)
                     self.disks.ensure_mounted(session_dir)
             else:
                 self.disks.ensure_mounted(session_dir)

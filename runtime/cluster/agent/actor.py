@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runtime.cluster.agent.asks import ElsewhereAsks
 from runtime.cluster.agent.cluster_addresses import ClusterAddresses
 from runtime.cluster.agent.gates import Gates
 from runtime.cluster.agent.kernels import NodeKernels
@@ -87,6 +88,7 @@ class NodeAgent:
             self.settings, disks=disks, tenant_limit=self._tenant_limits.get,
             egress_denied=self.cluster_addresses)
         self.workspaces = self.machine.workspaces
+        self.asks = ElsewhereAsks(self.workspaces.residency)  # its mounts count elsewhere
         backend = self.machine.docker
         assert backend is not None  # a node always runs on its own engine
         self.backend: DockerBackend = backend
@@ -165,6 +167,7 @@ class NodeAgent:
         def make() -> None:
             disk = parsed(CreateDisk, payload)
             self._keep_limit(disk.tenant, disk.tenant_disk_bytes)
+            self.asks.told(disk.tenant, disk.elsewhere.bytes())
             self.workspaces.create(disk.tenant, disk.session, uid=disk.uid,
                                    disk_bytes=disk.disk_bytes,
                                    tenant_disk_bytes=disk.tenant_disk_bytes,
@@ -360,3 +363,12 @@ class NodeAgent:
 
     async def kernel_op(self, payload: bytes) -> Any:  # list, stop, idle save...
         return await self.kernels.op(payload)
+
+    # -- what a tenant holds elsewhere, asked of the control plane (`agent.asks`) ---------------
+
+    async def elsewhere_asks(self) -> AsyncIterator[bytes]:  # streaming: the node's questions
+        async for question in self.asks.listen():
+            yield question
+
+    async def elsewhere_answer(self, payload: bytes) -> None | Failed:  # `ElsewhereAnswer`
+        return await self._call(self.asks.answer, payload)

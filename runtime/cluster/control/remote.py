@@ -37,6 +37,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.cluster.agent.actor import NodeAgent, actor_name
+from runtime.cluster.control.asks import Count, answer_asks
 from runtime.cluster.control.files import RemoteFiles
 from runtime.cluster.control.hop import LOST, Hop, batches, open_when_durable, wire
 from runtime.cluster.control.kernels import RemoteKernels
@@ -177,6 +178,10 @@ class RemoteNode:
     def open(self, tenant_id: str, session_id: str, *, root: Root = "workspace"
              ) -> RemoteFiles:
         return RemoteFiles(self._hop, tenant_id, session_id, root)
+
+    async def answer_asks(self, count: Count) -> None:
+        """Its questions answered (`runtime.cluster.control.asks`) until it is lost."""
+        await answer_asks(self._hop, self, count)
 
 
 def _read_all(paths: list[Path]) -> list[bytes]:
