@@ -169,6 +169,10 @@ class Settings(BaseSettings):
         None, description="Ray address (host:port) of a cluster whose nodes with the resource "
         "`navi_node` run the executions; this server is then its control plane, authenticated "
         "by the token in <data_dir>/keys/cluster-token (unset: one machine).")
+    node_channel_port: int = Field(
+        7171, ge=0, le=65535, description="Cluster nodes: the TCP port on the node's "
+        "address where its agent takes calls from its control plane (token-authenticated; "
+        "keep it private like Ray's ports); 0: off, calls go by Ray.")
 
     @field_validator("admin_token", "openai_api_key", "ollama_host", "openai_base_url",
                      "persona", "search_url", "otel_endpoint", "cluster", "preview_url",

@@ -10,7 +10,9 @@ Its egress proxies also refuse the cluster's own machines
 (`runtime.cluster.agent.cluster_addresses`), read from Ray before it takes work.
 
 The agent takes work only through Ray, which admits only holders of the cluster's token
-(no dashboard, no job API run), and even then trusts no request: each is the JSON of a
+(no dashboard, no job API run), and its exec channel (`runtime.cluster.agent.channel`:
+calls without a Ray task each, after the same token's proof), and even then trusts no
+request: each is the JSON of a
 `runtime.nodes.wire` model, validated here; it names the session and what to mount, and
 the agent resolves that to its own directories (a path named in a request is refused).
 A tool's code comes by content hash into the node's tool-object directory
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runtime.cluster.agent.asks import ElsewhereAsks
+from runtime.cluster.agent.channel import Items, NodeChannel, open_channel
 from runtime.cluster.agent.cluster_addresses import ClusterAddresses
 from runtime.cluster.agent.gates import Gates
 from runtime.cluster.agent.kernels import NodeKernels
@@ -98,6 +101,8 @@ class NodeAgent:
         self.snaps = NodeSnapshots(self.workspaces, self.settings.data_dir / "scratch")
         self.restores = NodeRestores(self.workspaces)  # `restore_open`, ...
         self.gates = Gates()  # gated calls' start gates
+        self.channel: NodeChannel | None = None  # calls without a Ray task each
+        self.channel_address = ""
         self._started: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[Any]] = []
         self.ports = NodePorts(self.settings.data_dir / "ports")  # `port_open`
@@ -115,7 +120,7 @@ class NodeAgent:
         if self._started is None:
             self._started = asyncio.ensure_future(self._start())
         await asyncio.shield(self._started)
-        return {"id": self.node_id}
+        return {"id": self.node_id, "channel": self.channel_address}
 
     async def _start(self) -> None:
         await asyncio.to_thread(self.cluster_addresses.refresh)  # before any call's egress
@@ -124,14 +129,19 @@ class NodeAgent:
         await self.machine.open_disks()
         self.machine.start_idle_release()
         await self.machine.start_engine()
+        self.channel, self.channel_address = await open_channel(
+            self.settings.node_channel_port, self.run, self.gates.open)
         log.info("node_agent_ready", node=self.node_id, data_dir=str(self.settings.data_dir),
-                 pid=os.getpid(), disks=self.workspaces.disks.enabled)
+                 pid=os.getpid(), disks=self.workspaces.disks.enabled,
+                 channel=self.channel_address)
 
     async def pid(self) -> int:
         """The agent's process (tests kill it to lose the node)."""
         return os.getpid()
 
     async def close(self) -> None:
+        if self.channel is not None:
+            await self.channel.close()
         await self.processes.close()
         await self.ports.close()
         for task in self._background:
@@ -282,8 +292,9 @@ class NodeAgent:
 
     # -- calls --------------------------------------------------------------------------------
 
-    async def run(self, payload: bytes) -> AsyncIterator[list[OutputChunk | ExecResult] | Failed]:
-        """Streaming: the call's output as it comes, then its `ExecResult` (or a `Failed`),
+    async def run(self, payload: bytes) -> Items:
+        """Streaming (and the exec channel's calls, `runtime.cluster.agent.channel`): the
+        call's output as it comes, then its `ExecResult` (or a `Failed`),
         in batches: what comes within `COALESCE_S` of a chunk goes in one message (a quick
         call is one message: its output and its result). The request (`RunOnNode`) names
         what to mount; the paths are this node's. `gated`: the container is prepared, and
@@ -324,6 +335,15 @@ class NodeAgent:
             if lease is not None:
                 lease.close()
             settled.set_result(None)
+
+    async def channel_calls(self, drop: bool = False) -> int:
+        """Calls taken over the exec channel so far; `drop`: its connections closed first
+        (their calls killed; the control plane connects again on its next call)."""
+        if self.channel is None:
+            return -1
+        if drop:
+            self.channel.drop_peers()
+        return self.channel.calls
 
     async def open_gate(self, exec_id: str, durable: bool) -> None:
         """The control plane's word on a gated call (`Gates.open`)."""

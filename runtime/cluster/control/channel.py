@@ -50,24 +50,30 @@ MAX_OUTPUT = 2 * 1024 * 1024  # calls that may print more per stream go by Ray (
 class ChannelCall:
     """One call on the channel: its replies, its gate's word, its cancel."""
 
-    def __init__(self, link: NodeChannel, call: int) -> None:
-        self._link = link
+    def __init__(self, writer: asyncio.StreamWriter, calls: dict[int, ChannelCall],
+                 call: int) -> None:
+        self._writer = writer  # its connection
+        self._calls = calls  # and that connection's calls
         self.id = call
         self.replies: asyncio.Queue[tuple[bytes, bytes]] = asyncio.Queue()
 
     def gate(self, exec_id: str, durable: bool) -> None:
-        self._link.send(frame(GATE, self.id, GateWord(exec_id=exec_id, durable=durable)
-                              .model_dump_json().encode()))
+        self._send(frame(GATE, self.id, GateWord(exec_id=exec_id, durable=durable)
+                         .model_dump_json().encode()))
 
     def cancel(self) -> None:
-        self._link.send(frame(CANCEL, self.id))
+        self._send(frame(CANCEL, self.id))
+
+    def _send(self, data: bytes) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(data)
 
     async def next(self) -> tuple[bytes, bytes]:
         """The next reply: (kind, payload); `DROPPED` when the connection ended."""
         return await self.replies.get()
 
     def end(self) -> None:
-        self._link.calls.pop(self.id, None)
+        self._calls.pop(self.id, None)
 
 
 class NodeChannel:
@@ -77,7 +83,7 @@ class NodeChannel:
         self._host, self._port = host, int(port)
         self._token = token
         self._ids = itertools.count(1)
-        self.calls: dict[int, ChannelCall] = {}
+        self.calls: dict[int, ChannelCall] = {}  # the open connection's calls
         self._writer: asyncio.StreamWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock: asyncio.Lock | None = None
@@ -88,21 +94,15 @@ class NodeChannel:
         writer = await self._connected()
         if writer is None:
             return None
-        on = ChannelCall(self, next(self._ids))
+        on = ChannelCall(writer, self.calls, next(self._ids))
         self.calls[on.id] = on
         writer.write(frame(RUN, on.id, request))
         return on
-
-    def send(self, data: bytes) -> None:
-        writer = self._writer
-        if writer is not None and not writer.is_closing():
-            writer.write(data)
 
     async def _connected(self) -> asyncio.StreamWriter | None:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a connection serves the loop that opened it
             self._loop, self._lock, self._writer = loop, asyncio.Lock(), None
-            self.calls = {}
         assert self._lock is not None
         async with self._lock:
             writer = self._writer
@@ -125,16 +125,17 @@ class NodeChannel:
                 log.warning("node_channel_unavailable", node=self.node_id,
                             error=type(exc).__name__)
                 return None
-            self._writer = writer
-            loop.create_task(self._read(reader, writer))
+            self._writer, self.calls = writer, {}
+            loop.create_task(self._read(reader, writer, self.calls))
             return writer
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    calls: dict[int, ChannelCall]) -> None:
         """Replies to their calls until the connection ends; then its calls are DROPPED."""
         try:
             while True:
                 kind, call, payload = await read_frame(reader, TO_CONTROL)
-                on = self.calls.get(call)
+                on = calls.get(call)
                 if on is not None:
                     on.replies.put_nowait((kind, payload))
         except (ChannelError, OSError, EOFError):
@@ -143,9 +144,9 @@ class NodeChannel:
             writer.close()
             if self._writer is writer:
                 self._writer = None
-            for on in list(self.calls.values()):
+            for on in list(calls.values()):
                 on.replies.put_nowait((DROPPED, b""))
-            self.calls.clear()
+            calls.clear()
             log.info("node_channel_closed", node=self.node_id)
 
     async def close(self) -> None:

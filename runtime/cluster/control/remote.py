@@ -16,6 +16,8 @@ call mounts (a user tool's copy) travels by its content hash, its bytes only the
   the result. The node's after-call work (the used warm container's removal, the next
   one's launch) waits until that stream has ended, not for the outcome record (`settled`
   stays on this side): done sooner, its engine burst slowed the result's way back.
+- Calls go over the node's exec channel while it has one (`runtime.cluster.control.channel`:
+  one standing connection, no Ray task per call and no streaming generator), else by Ray.
 - A dead or unreachable agent is `NodeUnavailable` (`runtime.cluster.control.hop`).
 
 Blocking methods (disk, files) call `ray.get` and must run on a worker thread, as
@@ -38,12 +40,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runtime.cluster.agent.actor import NodeAgent, actor_name
 from runtime.cluster.control.asks import Count, answer_asks
+from runtime.cluster.control.channel import MAX_OUTPUT, MAX_REQUEST, NodeChannel, by_channel
 from runtime.cluster.control.files import RemoteFiles
 from runtime.cluster.control.hop import LOST, Hop, batches, open_when_durable, wire
 from runtime.cluster.control.kernels import RemoteKernels
 from runtime.cluster.control.processes import RemoteProcesses
 from runtime.cluster.control.snapshots import RemoteSnapshots
 from runtime.errors import InvalidInput
+from runtime.nodes.channel_wire import read_token
 from runtime.nodes.wire import (
     MAX_OBJECT_BYTES,
     SESSION_TMP,
@@ -65,10 +69,12 @@ NAMESPACE = "navi"
 
 
 class RemoteBackend:
-    """`SandboxBackend` of a node: runs go to its agent, output streams back."""
+    """`SandboxBackend` of a node: runs go to its agent, output streams back; over the
+    node's exec channel while it has one (`runtime.cluster.control.channel`), else by Ray."""
 
-    def __init__(self, hop: Hop) -> None:
+    def __init__(self, hop: Hop, channel: NodeChannel | None = None) -> None:
         self._hop = hop
+        self._channel = channel
         self._held: set[str] = set()  # objects the node has (sent with a call that ran)
 
     async def _objects(self, request: ExecRequest) -> list[ObjectMount]:
@@ -94,8 +100,15 @@ class RemoteBackend:
         link = self._hop
         gated = before_start is not None
         call = RunOnNode.of(request, await self._objects(request), gated)
+        payload = wire(call)
+        if (self._channel is not None and len(payload) <= MAX_REQUEST
+                and request.limits.output_bytes <= MAX_OUTPUT
+                and (on := await self._channel.call(payload)) is not None):
+            result = await by_channel(link, on, request.exec_id, on_output, before_start)
+            self._held.update(o.sha256 for o in call.objects)
+            return result
         try:
-            stream: Any = link.actor.run.options(num_returns="streaming").remote(wire(call))
+            stream: Any = link.actor.run.options(num_returns="streaming").remote(payload)
         except LOST as exc:
             raise link.lost(exc) from None
         await open_when_durable(link, stream, request.exec_id, before_start)
@@ -130,9 +143,10 @@ class RemoteNode:
     the node's directories: `verify` and `tmp_path` return names the agent resolves."""
 
     def __init__(self, node_id: str, actor: Any, *,
-                 on_lost: Callable[[str], None] | None = None) -> None:
+                 on_lost: Callable[[str], None] | None = None,
+                 channel: NodeChannel | None = None) -> None:
         self._hop = Hop(node_id, actor, on_lost)
-        self._backend = RemoteBackend(self._hop)
+        self._backend = RemoteBackend(self._hop, channel)
         self.snapshots = RemoteSnapshots(self._hop)  # runtime.sessions.snapshots uses it
         self.kernels = RemoteKernels(self._hop)  # runtime.kernels.on_nodes uses it
         self.processes = RemoteProcesses(self._hop)  # runtime.processes.on_node uses it
@@ -216,5 +230,18 @@ def agent_for(node_id: str, ray_node_id: str, *, on_lost: Callable[[str], None] 
         get_if_exists=True, num_cpus=0, resources={"navi_node": 0.01}, max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
     ).remote(node_id, data_dir, disks)
-    Hop(node_id, actor, on_lost).get(actor.ready.remote())
-    return RemoteNode(node_id, actor, on_lost=on_lost)
+    ready = Hop(node_id, actor, on_lost).get(actor.ready.remote())
+    return RemoteNode(node_id, actor, on_lost=on_lost, channel=channel_to(node_id, ready))
+
+
+def channel_to(node_id: str, ready: Any) -> NodeChannel | None:
+    """The node's exec channel as its agent named it, with the token this control plane
+    joined Ray with; None (calls go by Ray) if either is missing."""
+    address = ready.get("channel") if isinstance(ready, dict) else None
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")  # set by `runtime.cluster.link.connect`
+    if not isinstance(address, str) or not path:
+        return None
+    try:
+        return NodeChannel(node_id, address, read_token(path))
+    except (OSError, ValueError):
+        return None
