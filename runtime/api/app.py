@@ -169,13 +169,25 @@ async def start_services(settings: Settings, backend: SandboxBackend | None = No
     if kernels is not None:  # idle kernels saved to their session's disk and stopped
         kernels.token_ended = services.token_ended  # and ended with their token
         services.background.append(asyncio.create_task(kernels.sweep_idle()))
-    await _start_sandbox(services, machine)
+    adopted = await _start_sandbox(services, machine)
     try:
         await join_cluster(services, plane)  # NAVI_CLUSTER: execution nodes (unset: nothing)
     except BaseException:
         await services.close()
         raise
+    await _adopt_on_nodes(services, links=adopted or plane is not None)
     return services
+
+
+async def _adopt_on_nodes(services: Services, *, links: bool) -> None:
+    """After a restart, the processes the cluster's nodes still run are adopted (or
+    ended); then the kept preview links of every adopted process answer again."""
+    try:
+        await services.processes.adopt_on_nodes()
+    except Exception as exc:  # their records stay running for the next start
+        log.warning("node_process_adoption_failed", error=str(exc))
+    if links and services.ports is not None:
+        await services.ports.load_links()
 
 
 def _tenant_limit(policy: PolicyEngine, tenants: Tenants) -> Callable[[str], int]:
@@ -212,20 +224,26 @@ async def _start_ports(services: Services) -> None:
     processes.on_end.append(ports.end_hook)
 
 
-async def _start_sandbox(services: Services, machine: Machine) -> None:
-    """Connect the engine and sweep our leftovers; without an engine the API still serves."""
+async def _start_sandbox(services: Services, machine: Machine) -> bool:
+    """Connect the engine and sweep our leftovers; without an engine the API still serves.
+    Whether the last server's processes here were adopted (their preview links are loaded
+    once its nodes' are too: `_adopt_on_nodes`)."""
+    adopted = False
+
     async def adopt() -> frozenset[str]:
+        nonlocal adopted
         kept = await services.processes.adopt()  # live records keep their containers
         if services.ports is not None:  # their relays reconnect to the same sockets
             for live in list(services.processes.live.values()):
                 await services.ports.adopt_hook(live.record, live.record.session_id)
-            await services.ports.load_links()  # previews of the adopted processes again
+        adopted = True
         return kept
 
     try:
         services.background += await machine.start_engine(adopt)
     except NaviError as exc:
         log.warning("sandbox_unavailable", code=exc.code, message=exc.message)
+    return adopted
 
 
 class Front(Protocol):

@@ -8,8 +8,9 @@ start. Its stdin is not: containers are created ``StdinOnce`` (so that closing t
 stdin is the program's EOF, ``input {eof: true}``), and the engine closed the program's stdin
 when the old server's attach went; ``input`` answers 409 ``conflict``. Otherwise
 its record is closed ``interrupted`` (with the exit code, if it had exited) and
-``process.exit`` audited; a process on a cluster node is never adopted (its output came over
-the stream of the server that started it), and its node is asked to end it. The ids of
+``process.exit`` audited. A process on a cluster node is adopted later, once the cluster is
+joined (``adopt_node.py``); one that cannot be is closed the same way, and its node is asked
+to end it (when it comes back). The ids of
 adopted containers are returned: the reaper's start-up sweep removes every other container
 of this instance, so none outlives its record.
 """
@@ -48,6 +49,8 @@ async def adopt_all(table: ProcessTable, ends: Ends) -> frozenset[str]:
     found = await containers.listed()
     kept: set[str] = set()
     for record, egress in rows:
+        if record.node != LOCAL:  # adopted once the cluster is joined (``adopt_node.py``)
+            continue
         summary = found.get(record.id)
         alive = summary is not None and summary.get("State") == "running" and \
             summary.get("Id") == record.container
@@ -59,8 +62,8 @@ async def adopt_all(table: ProcessTable, ends: Ends) -> frozenset[str]:
                 continue
             except Exception as exc:
                 log.warning("process_adopt_failed", process=record.id, error=str(exc))
-        await _close(table, ends, record, summary)
-    log.info("processes_adopted", adopted=len(kept), ended=len(rows) - len(kept))
+        await close_interrupted(table, ends, record, summary)
+    log.info("processes_adopted", adopted=len(kept))
     return frozenset(kept)
 
 
@@ -98,9 +101,8 @@ async def _adopt(table: ProcessTable, ends: Ends, record: ProcessRecord,
 
 
 async def _end_on_node(table: ProcessTable, record: ProcessRecord) -> None:
-    """A process on a cluster node outlives a control plane that died (its node goes on
-    reporting to nobody): the node is asked to end it (nothing when it ended already), once
-    the cluster is joined (after this start-up step) and the node is there."""
+    """A node process that could not be adopted (its node not reached): the node is asked
+    to end it (nothing when it ended already) once it is there again."""
     for _ in range(NODE_WAIT_S):
         try:
             node = table.services.nodes.get(record.node)
@@ -114,7 +116,7 @@ async def _end_on_node(table: ProcessTable, record: ProcessRecord) -> None:
         return
 
 
-async def _close(table: ProcessTable, ends: Ends, record: ProcessRecord,
+async def close_interrupted(table: ProcessTable, ends: Ends, record: ProcessRecord,
                  summary: dict[str, Any] | None) -> None:
     if record.node != LOCAL:
         ending = asyncio.ensure_future(_end_on_node(table, record))

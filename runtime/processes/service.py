@@ -30,6 +30,7 @@ from runtime.policy.decision import Decision, Subject
 from runtime.policy.session_limits import SessionLimits
 from runtime.processes.admit import Admission, check_cwd, check_ports
 from runtime.processes.adopt import adopt_all
+from runtime.processes.adopt_node import adopt_on_nodes
 from runtime.processes.ends import Ends
 from runtime.processes.kinds import ProcessKind
 from runtime.processes.launch import launch
@@ -46,7 +47,7 @@ from runtime.processes.models import (
     WaitResult,
 )
 from runtime.processes.monitor import wait_for
-from runtime.processes.on_node import check_on_node, launch_on_node
+from runtime.processes.on_node import launch_on_node
 from runtime.processes.records import ProcessStore
 from runtime.processes.table import EndHook, LaunchHook, ProcessTable
 
@@ -98,8 +99,6 @@ class ProcessService:
             raise InvalidInput("command contains a NUL byte")
         spec = spec.model_copy(update={"cwd": cwd, "ports": ports})
         decision, limits = await self.admission.decide(subject, spec, approver)
-        if subject.node != LOCAL:  # on a cluster node (``on_node.py``)
-            check_on_node(subject, spec, decision)
         process_id = PREFIX + secrets.token_hex(8)
         await self.admission.hold(subject, spec, limits, process_id)
         try:
@@ -306,6 +305,11 @@ class ProcessService:
         """At start-up: adopt or end what the last server left running (see ``adopt.py``);
         the containers kept."""
         return await adopt_all(self.table, self.ends)
+
+    async def adopt_on_nodes(self) -> int:
+        """Once the cluster is joined: adopt (or end) what runs on its nodes
+        (``adopt_node.py``); how many were adopted."""
+        return await adopt_on_nodes(self.table, self.ends)
 
     async def close(self) -> None:
         """Server shutdown: keep them for the next start (``keep``), else end them

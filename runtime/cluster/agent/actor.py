@@ -109,7 +109,7 @@ class NodeAgent:
         self.processes = NodeProcesses(  # background processes: `process_start`
             self.backend, self.workspaces,
             lambda wanted: resolved(wanted, self.workspaces, self.objects), self.ready,
-            self.ports.hub)
+            self.ports.hub, self.settings.data_dir / "process-logs")
         self.kernels = NodeKernels(  # a session's kernels: `kernel_run`, `kernel_op`
             self.workspaces, self.backend, self.ports.hub, self.gates.get, self.ready)
 
@@ -368,6 +368,12 @@ class NodeAgent:
     async def process_act(self, payload: bytes) -> None | Failed:
         """Input, EOF or a signal for a running process (`ProcessAct`)."""
         return await self.processes.act(payload)
+
+    async def process_attach(self, payload: bytes) -> AsyncIterator[Any]:
+        """Streaming, for a restarted control plane (`ProcessAttach`): `ProcessAttached`,
+        the output from its offset, a `ProcessEnd` (or a `Failed`)."""
+        async for item in self.processes.attach(payload):
+            yield item
 
     async def port_open(self, payload: bytes) -> AsyncIterator[Any]:
         """Streaming: a declared port's bytes (`runtime.cluster.agent.ports`)."""

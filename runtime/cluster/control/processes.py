@@ -5,8 +5,10 @@ record, the log and everything a user sees (`runtime.processes.on_node`). `start
 `ProcessOnNode` JSON and returns once the node says the container runs (its id), or raises
 what the node refused; the `NodeProcess` it returns gives the output batches as they come,
 then the exit state, and acts on the process by its id (`ProcessAct`). Cancelling the stream
-makes the node kill and remove the container. A lost node ends the stream with
-`NodeUnavailable`.
+sends an `end` act: the node kills the process and removes its container; a stream let go
+(`cancel(end=False)`, a shutdown that keeps processes) or lost (a control plane that died)
+leaves it running, and the next start re-attaches it (`attach`). A lost node ends the
+stream with `NodeUnavailable`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from typing import Any
 import ray
 
 from runtime.cluster.control.hop import LOST, Hop, wire
-from runtime.nodes.process_wire import PortOpen, ProcessAct, ProcessEnd, ProcessOnNode, Signal
+from runtime.nodes.process_wire import (
+    PortOpen,
+    ProcessAct,
+    ProcessAttach,
+    ProcessAttached,
+    ProcessEnd,
+    ProcessOnNode,
+    Signal,
+)
 from runtime.nodes.wire import RunOnNode
 from runtime.sandbox.models import ExecRequest, OutputChunk
 
@@ -30,11 +40,11 @@ STREAM_AHEAD = 32  # output batches a node may send ahead of this side's log (th
 class NodeProcess:
     """One process's stream from its node, and the acts on it."""
 
-    def __init__(self, hop: Hop, stream: Any, request: ExecRequest, container: str) -> None:
+    def __init__(self, hop: Hop, stream: Any, where: tuple[str, str, str], container: str
+                 ) -> None:
         self._hop = hop
         self._stream = stream
-        self._where = {"tenant": request.tenant, "session": request.session,
-                       "process": request.exec_id}
+        self._where = dict(zip(("tenant", "session", "process"), where, strict=True))
         self.container = container
         self.end: ProcessEnd | None = None
 
@@ -62,8 +72,13 @@ class NodeProcess:
         self._hop.call("process_act", wire(ProcessAct.model_validate(
             {**self._where, "op": op, "data": data, "signal": signal})))
 
-    def cancel(self) -> None:
-        """Stop reading: the node kills and removes the container."""
+    def cancel(self, end: bool = True) -> None:
+        """Stop reading; `end`: the node kills the process (and removes its container),
+        else it goes on running for the next start to adopt (`RemoteProcesses.attach`)."""
+        if end:
+            with contextlib.suppress(Exception):  # sent, not awaited
+                self._hop.actor.process_act.remote(wire(ProcessAct.model_validate(
+                    {**self._where, "op": "end"})))
         with contextlib.suppress(Exception):
             ray.cancel(self._stream)
 
@@ -89,7 +104,28 @@ class RemoteProcesses:
         except LOST as exc:
             raise link.lost(exc) from None
         container = await link.wait(ref)  # a `Failed` raised as what the node refused
-        return NodeProcess(link, stream, request, str(container))
+        return NodeProcess(link, stream, (request.tenant, request.session, request.exec_id),
+                           str(container))
+
+    async def attach(self, tenant: str, session: str, process: str, offset: int
+                     ) -> tuple[NodeProcess, ProcessAttached]:
+        """A process the node still runs (or ran) for a control plane that restarted: its
+        stream again, its output from `offset` on (`ProcessAttached.offset`: where the
+        node's log starts it, later only when it no longer holds that much)."""
+        link = self._hop
+        want = ProcessAttach(tenant=tenant, session=session, process=process, offset=offset)
+        try:
+            stream: Any = link.actor.process_attach.options(
+                num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD,
+            ).remote(wire(want))
+            ref = await stream.__anext__()
+        except StopAsyncIteration as exc:
+            raise link.lost(exc) from None
+        except LOST as exc:
+            raise link.lost(exc) from None
+        attached: ProcessAttached = await link.wait(ref)  # NotFound: the node has it not
+        return NodeProcess(link, stream, (tenant, session, process), attached.container), \
+            attached
 
     async def end(self, tenant: str, session: str, process: str) -> None:
         """Kill and remove a process the node may still run for a control plane that died
