@@ -14,9 +14,6 @@ process outlives its stream: its output goes into a log on this node
 (`attach`: its output from where the control plane's log ended) and its input, signals and
 end work again; it is killed only by an `end` act (the control plane ending it) or the
 agent's stop, and the node's reaper takes one past its lease (its lifetime cap).
-A process the policy granted egress (its request's `egress_allowlist`, by value) gets its
-own egress proxy here, as a call on this node does: this node's egress settings,
-refusing the cluster's own machines (`egress_denied`); it ends with the process.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from runtime.cluster.agent.process_runs import NodeRun, NodeRuns
-from runtime.egress import EgressProxy
 from runtime.errors import Conflict, NotFound
 from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
