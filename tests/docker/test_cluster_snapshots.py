@@ -289,3 +289,58 @@ def test_a_restore_a_node_fails_changes_nothing_on_the_other_node_nor_the_data_d
         assert [x["id"] for x in c.get(f"/v1/sessions/{b}/snapshots").json()] == [snap["id"]]
     for node in ("n1", "n2"):  # every staged image dropped
         assert not list((node_storage(cluster, node) / "workspaces").rglob("*.restore-*"))
+
+
+def test_a_node_failing_to_swap_its_images_in_is_named_and_a_rerun_completes_it(
+    plane: Plane, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Phase 2 is not atomic across machines: n1 swaps its image in, then n2 cannot (its
+    session's call holds it past the wait). The restore exits 3 naming both, leaves the data
+    dir as it was, and the same restore run again once the call ended completes it."""
+    on: dict[str, dict[str, Any]] = {}
+    while len(on) < 2:
+        made = node_session(plane)
+        on.setdefault(made["node"], made)
+    a, b = on["n1"]["id"], on["n2"]["id"]
+    for s in (a, b):
+        put(plane, s, "kept.txt", b"as in the backup")
+    backup = tmp_path / "backup"
+    done = navi_cli(cluster, "backup", str(backup), "--json", "--data-dir",
+                    str(plane.server.data_dir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for s in (a, b):
+        put(plane, s, "kept.txt", b"changed after the backup")
+    manifest = json.loads((backup / "backup.json").read_text())
+    manifest["disks"]["disks"] = sorted(
+        [d for d in manifest["disks"]["disks"] if d["session"] in (a, b)],
+        key=lambda d: d["node"])  # n1 swaps first
+    (backup / "backup.json").write_text(json.dumps(manifest))
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "navi.sqlite3").write_bytes(b"the store before the restore")
+    before = tree(target)
+    call = threading.Thread(target=plane.run, args=(
+        b, "open('started', 'w').close(); import time; time.sleep(40)", 120))
+    call.start()
+    try:
+        with client(plane) as c:
+            deadline = time.monotonic() + 60
+            while c.get(f"/v1/sessions/{b}/files/started").status_code != 200:
+                assert time.monotonic() < deadline, "the call did not start"
+                time.sleep(0.3)
+        done = navi_cli(cluster, "restore", str(backup), "--force", "--data-dir", str(target))
+        assert done.returncode == 3, (done.stdout[-2000:], done.stderr[-3000:])
+        assert "node n2 failed" in done.stderr and "nodes that did: n1" in done.stderr, \
+            done.stderr
+        assert tree(target) == before
+        assert read(plane, a, "kept.txt") == b"as in the backup"  # n1's swap stays
+        assert read(plane, b, "kept.txt") == b"changed after the backup"
+    finally:
+        call.join(timeout=120)
+    done = navi_cli(cluster, "restore", str(backup), "--force", "--data-dir", str(target))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for s in (a, b):
+        assert read(plane, s, "kept.txt") == b"as in the backup"
+    assert (target / "navi.sqlite3").read_bytes() != b"the store before the restore"
+    for node in ("n1", "n2"):
+        assert not list((node_storage(cluster, node) / "workspaces").rglob("*.restore-*"))
