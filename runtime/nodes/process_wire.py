@@ -2,9 +2,11 @@
 
 Why: as for a call (`runtime.nodes.wire.RunOnNode`), the control plane names the session
 and the node resolves its own directories; a process adds its record id, its lifetime cap,
-the command's stdin frame (never on argv) and a few environment variables. Acting on a
-running process (`ProcessAct`: input, EOF, a signal) names the process and its session, and
-the node acts only on a process of that session. What comes back is pickled by Ray from the
+the command's stdin frame (never on argv) and a few environment variables. Egress the
+policy granted travels by value, as a call's does: the request's `network` and
+`egress_allowlist` (bounded here), for the proxy the node starts. Acting on a running
+process (`ProcessAct`: input, EOF, a signal) names the process and its session, and the
+node acts only on a process of that session. What comes back is pickled by Ray from the
 node: the container's id, batches of `OutputChunk`, then one `ProcessEnd`.
 """
 
@@ -19,6 +21,7 @@ from runtime.nodes.wire import RunOnNode, Where
 PROCESS_ID = r"^p_[0-9a-f]{16}$"
 MAX_FRAME = 1024 * 1024  # the command (and its cwd) as sent on stdin
 MAX_INPUT = 16 * 1024 * 1024  # one `input` write
+MAX_EGRESS_HOSTS = 1024  # allowlist entries of one process (each a host name, <= 255)
 Signal = Literal["INT", "TERM", "KILL", "HUP"]
 
 
@@ -45,6 +48,9 @@ class ProcessOnNode(BaseModel):
             raise ValueError("a process's request is named by its record")
         if any(not 1024 <= p <= 65535 for p in self.ports):
             raise ValueError("a port is 1024-65535")
+        allow = self.run.request.egress_allowlist
+        if len(allow) > MAX_EGRESS_HOSTS or any(len(host) > 255 for host in allow):
+            raise ValueError(f"an egress allowlist is at most {MAX_EGRESS_HOSTS} host names")
         return self
 
 

@@ -8,7 +8,9 @@ audit, and the output log. The node streams the output back in batches as it com
 `OutputLog` a process here writes, so list, output, wait, follow and the session's events
 work unchanged; `Ends` ends it as any other (its signals, exit state and removal go over
 the hop). Its declared ports are served by the node's relay broker and reached over the hop
-(`PortsHub.add_remote`). Limits (docs/processes.md): no egress on a node yet (409);
+(`PortsHub.add_remote`). Egress the policy grants goes to the node by value (the request's
+`egress_allowlist`): the node runs the process's egress proxy, which refuses the cluster's
+own machines as a call's does, and ends it with the process. Limits (docs/processes.md):
 its stdin, like its output, passes through the control plane; a control plane that stops
 ends its node processes (`interrupted`: the stream that reports them goes with it).
 """
@@ -52,13 +54,6 @@ class NodeStream(Protocol):
     def act(self, op: str, data: bytes = b"", signal: Any = None) -> None: ...
 
     def cancel(self, end: bool = True) -> None: ...
-
-
-def check_on_node(subject: Subject, spec: StartSpec, decision: Decision) -> None:
-    """What a process on a node cannot have yet: refused before anything is recorded."""
-    if decision.egress_allowlist:
-        raise Conflict(f"egress of background processes on cluster node {subject.node!r} is "
-                       "not supported yet")
 
 
 class NodeLiveProcess(LiveProcess):
@@ -146,8 +141,10 @@ async def launch_on_node(table: ProcessTable, ends: Ends, subject: Subject, spec
         workspace=await asyncio.to_thread(node.verify, subject.tenant, subject.session),
         tmp=node.tmp_path(subject.tenant, subject.session),
         image=services.executor.resolve_image(decision.image or ""), limits=decision.limits,
-        network="none", exec_id=record.id, tenant=subject.tenant, session=subject.session,
-        node=subject.node, uid=subject.sandbox_uid)
+        network="egress" if decision.egress_allowlist else "none",
+        egress_allowlist=decision.egress_allowlist, exec_id=record.id,
+        tenant=subject.tenant, session=subject.session, node=subject.node,
+        uid=subject.sandbox_uid)
     outlog = await asyncio.to_thread(ends.log_of, record)
     stream: NodeStream = await remote.start(
         request, lifetime_s=lifetime_s, frame=frame, env={**extras.env, **TINI_GROUP_ENV},

@@ -47,7 +47,7 @@ from runtime.processes.models import (
     WaitResult,
 )
 from runtime.processes.monitor import wait_for
-from runtime.processes.on_node import check_on_node, launch_on_node
+from runtime.processes.on_node import launch_on_node
 from runtime.processes.records import ProcessStore
 from runtime.processes.table import EndHook, LaunchHook, ProcessTable
 
@@ -99,8 +99,6 @@ class ProcessService:
             raise InvalidInput("command contains a NUL byte")
         spec = spec.model_copy(update={"cwd": cwd, "ports": ports})
         decision, limits = await self.admission.decide(subject, spec, approver)
-        if subject.node != LOCAL:  # on a cluster node (``on_node.py``)
-            check_on_node(subject, spec, decision)
         process_id = PREFIX + secrets.token_hex(8)
         await self.admission.hold(subject, spec, limits, process_id)
         try:

@@ -7,12 +7,17 @@ container runs on its node's engine (none on the control plane's), with the sess
 log, so output, wait, the session's events, input, signals, audit, the lifetime cap, the
 counts and the session's end work as on one machine (`runtime.processes.on_node`); a declared
 port is served by the node's relay and reached through the API and a preview link over the
-hop, and the session's later calls on the node reach it at 127.0.0.1.
+hop, and the session's later calls on the node reach it at 127.0.0.1. A process granted
+egress goes out through the egress proxy its node runs for it, which keeps to the policy's
+allowlist and refuses the cluster's own machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,9 +48,18 @@ profiles:
   short:
     allow: [group:exec, group:fs]
     limits: {processes: {max_lifetime_s: 3}}
+  online:
+    allow: [group:exec, group:fs]
+    tools:
+      terminal: {network: egress, egress: [ALLOWED, HEAD]}
+network: {egress_allowlist: [ALLOWED, HEAD]}
 tenants:
-  "*": {profiles: [developer, short], default_profile: developer}
+  "*": {profiles: [developer, short, online], default_profile: developer}
 """
+# Two global addresses put on the loopback device of the session's node's own network
+# namespace (made by the local cluster; it routes nowhere but to the head), each served on
+# port 80 there: the node's proxy reaches them inside that namespace and nowhere else.
+ALLOWED, HIDDEN = "11.0.0.1", "11.0.0.2"
 ECHOER = ('cat in.txt; echo ready; while read line; do echo "got $line"; '
           'echo "$line" >> heard.txt; done')
 
@@ -58,7 +72,8 @@ def serve(tmp: Path, cluster: Cluster) -> Server:
 @pytest.fixture(scope="module")
 def plane(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     tmp = plane_dir(cluster, tmp_path_factory)
-    (tmp / "policy.yaml").write_text(POLICY)
+    head = cluster.state["head_ip"]  # a cluster machine: the Ray head, the drivers' node
+    (tmp / "policy.yaml").write_text(POLICY.replace("ALLOWED", ALLOWED).replace("HEAD", head))
     made = Plane(serve(tmp, cluster), tmp)
     yield made
     stop_server(made.server)  # the last one (the last test restarts it)
@@ -237,6 +252,103 @@ def test_a_declared_port_on_a_node_through_the_api_a_preview_and_a_later_call(
         assert c.get(f"{base}/index.txt").status_code == 404  # its port went with it
         assert httpx.get(f"http://127.0.0.1:{url.port}/index.txt", timeout=30,
                          headers={"Host": url.netloc.decode()}).status_code != 200
+
+
+WEB = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+
+
+class Answer(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("served by " + self.server.server_address[0]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+for address in sys.argv[1:]:
+    Thread(target=ThreadingHTTPServer((address, 80), Answer).serve_forever, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+FETCH = """
+import sys, urllib.error, urllib.request
+for host in sys.argv[1:]:
+    try:
+        got = urllib.request.urlopen(f"http://{host}/", timeout=30).read().decode()
+    except urllib.error.HTTPError as exc:
+        got = f"{exc.code} {exc.read().decode().strip()}"
+    print(host, "->", got, flush=True)
+print("fetched", flush=True)
+sys.stdin.read()  # until EOF: its proxy is looked at meanwhile
+"""
+
+
+@contextlib.contextmanager
+def web_in_namespace(netns: str) -> Iterator[None]:
+    """ALLOWED and HIDDEN on the namespace's lo, each served on port 80 there."""
+    for address in (ALLOWED, HIDDEN):
+        subprocess.run(["ip", "-n", netns, "addr", "add", f"{address}/32", "dev", "lo"],
+                       check=True, timeout=30)
+    try:
+        with subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", WEB,
+                               ALLOWED, HIDDEN], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE) as web:
+            try:
+                assert web.stdout is not None and web.stdout.readline() == b"ready\n"
+                yield
+            finally:
+                web.kill()
+    finally:
+        for address in (ALLOWED, HIDDEN):
+            subprocess.run(["ip", "-n", netns, "addr", "del", f"{address}/32", "dev", "lo"],
+                           timeout=30)
+
+
+def proxies_on(cluster: Cluster, node: str) -> list[Path]:
+    """The egress proxy sockets the node runs now (its data dir, seen from this machine)."""
+    from runtime.cluster.local import node_storage
+    from runtime.cluster.local.state import NodeRecord
+
+    found = next(n for n in cluster.state["nodes"] if n["id"] == node)
+    return sorted((node_storage(NodeRecord.model_validate(found)) / "egress").glob("*.sock"))
+
+
+def test_a_process_on_a_node_has_egress_through_its_nodes_proxy(
+    plane: Plane, cluster: Cluster,
+) -> None:
+    head = cluster.state["head_ip"]
+    with client(plane) as c:
+        made = c.post("/v1/sessions", json={"profile": "online"})
+        assert made.status_code == 201, made.text
+        s, node = made.json()["id"], made.json()["node"]
+        netns = next(n["netns"] for n in cluster.state["nodes"] if n["id"] == node)
+        assert c.put(f"/v1/sessions/{s}/files/fetch.py", content=FETCH.encode()
+                     ).status_code == 201
+        before = proxies_on(cluster, node)
+        with web_in_namespace(netns):
+            pid = start(c, s, f"python3 -u fetch.py {ALLOWED} {HIDDEN} {head}")["id"]
+            wait_for(lambda: "fetched" in output(c, s, pid), 90, "its requests")
+            running = proxies_on(cluster, node)
+            assert c.post(f"/v1/sessions/{s}/processes/{pid}/input",
+                          json={"data": "", "eof": True}).status_code == 204
+            assert ended(c, s, pid)["exit_code"] == 0
+        seen = dict(line.split(" -> ", 1) for line in output(c, s, pid).splitlines()
+                    if " -> " in line)
+    assert seen == {
+        ALLOWED: f"served by {ALLOWED}",
+        HIDDEN: f"403 navi egress proxy: {HIDDEN}:80 refused: IP address not in the allowlist",
+        head: f"403 navi egress proxy: {head}:80 refused: resolves to a cluster address"}, seen
+    assert len(running) == len(before) + 1  # its own proxy on the node, while it ran ...
+    wait_for(lambda: proxies_on(cluster, node) == before, 10, "its proxy to end with it")
+    [started] = [r for r in plane.audit(session=s) if r["action"] == "process.start"]
+    assert started["limits"]["egress"] == [ALLOWED, head] and started["node"] == node
 
 
 def test_a_stopping_control_plane_ends_its_node_processes(plane: Plane, cluster: Cluster

@@ -58,6 +58,17 @@ def test_a_start_naming_a_path_or_another_record_is_refused(forged: dict[str, ob
         parsed(ProcessOnNode, _start(**forged))
 
 
+def test_egress_crosses_by_value_and_bounded() -> None:
+    back = parsed(ProcessOnNode, _start(network="egress", egress_allowlist=["pypi.org"]))
+    assert (back.run.request.network, back.run.request.egress_allowlist) == (
+        "egress", ["pypi.org"])
+    for forged in ({"network": "egress"}, {"egress_allowlist": ["pypi.org"]},  # not one alone
+                   {"network": "egress", "egress_allowlist": ["x" * 256]},
+                   {"network": "egress", "egress_allowlist": ["a.org"] * 1025}):
+        with pytest.raises(InvalidInput, match="refused node request"):
+            parsed(ProcessOnNode, _start(**forged))
+
+
 def _act(session: str, **fields: Any) -> bytes:
     return ProcessAct.model_validate({"tenant": TENANT, "session": session, "process": PID,
                                       **fields}).model_dump_json().encode()

@@ -13,7 +13,9 @@ process outlives its stream: its output goes into a log on this node
 (`runtime.cluster.agent.process_runs`), so a restarted control plane re-attaches it
 (`attach`: its output from where the control plane's log ended) and its input, signals and
 end work again; it is killed only by an `end` act (the control plane ending it) or the
-agent's stop, and the node's reaper takes one past its lease (its lifetime cap).
+agent's stop, and the node's reaper takes one past its lease (its lifetime cap). A process
+granted egress gets its own proxy on this node (`runtime.cluster.agent.process_egress`),
+closed at its end, after its container is removed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from runtime.cluster.agent.process_egress import open_process_egress
 from runtime.cluster.agent.process_runs import NodeRun, NodeRuns
+from runtime.egress import EgressProxy
 from runtime.errors import Conflict, NotFound
 from runtime.logging import get_logger
 from runtime.nodes.failures import Failed, packed
@@ -76,6 +80,7 @@ class NodeProcesses:
         record: str | None = None
         ported: str | None = None
         run: NodeRun | None = None
+        proxy: EgressProxy | None = None  # its egress proxy, if granted
         try:
             await self.ready()
             want = parsed(ProcessOnNode, payload)
@@ -93,8 +98,10 @@ class NodeProcesses:
                 mounts = tuple(BindMount(source=str(m.source), target=m.target)
                                for m in relay[0])
                 prefix = tuple(relay[1])
+            proxy = await open_process_egress(self.containers.backend, request)
             spec = await self.containers.spec(request, record_id=record,
                                               lifetime_s=want.lifetime_s,
+                                              egress=proxy.socket_path if proxy else None,
                                               env=dict(want.env), home=want.home,
                                               mounts=mounts, argv_prefix=prefix)
             container = await self.containers.create(spec)
@@ -106,7 +113,7 @@ class NodeProcesses:
         except Exception as exc:
             if run is not None and record is not None:
                 self.runs.forget(record, run)
-            await self._clean(container, None, lease, ported, killed=True)
+            await self._clean(container, None, lease, ported, killed=True, proxy=proxy)
             yield packed(exc)
             return
 
@@ -114,7 +121,7 @@ class NodeProcesses:
             assert container is not None
             state = await self.containers.final_state(container) or {}
             code = state.get("ExitCode")
-            await self._clean(container, attached, lease, ported, killed=False)
+            await self._clean(container, attached, lease, ported, killed=False, proxy=proxy)
             return ProcessEnd(exit_code=code if isinstance(code, int) else None,
                               oom_killed=bool(state.get("OOMKilled")))
 
@@ -146,7 +153,8 @@ class NodeProcesses:
         return found
 
     async def _clean(self, container: str | None, attached: Any, lease: Workspace | None,
-                     ported: str | None, *, killed: bool) -> None:
+                     ported: str | None, *, killed: bool, proxy: EgressProxy | None = None
+                     ) -> None:
         if container is not None and killed:
             with contextlib.suppress(Exception):
                 await self.containers.signal(container, "KILL")
@@ -155,6 +163,8 @@ class NodeProcesses:
         if container is not None:
             with contextlib.suppress(Exception):
                 await self.containers.remove(container)
+        if proxy is not None:  # after its container: no connection outlives it
+            await asyncio.shield(proxy.close())
         if lease is not None:
             await asyncio.to_thread(lease.close)
         if ported is not None:
