@@ -5,7 +5,9 @@ cluster, restarted twice: killed (-9), then stopped. Each time the node goes on 
 session's processes and keeps their output; the next start re-attaches them
 (`runtime.processes.adopt_node`): the same ids are `running`, the counter's output goes on
 with every line once (nothing lost or doubled across the restart), its port and preview
-link answer, the reader still takes input; then EOF and a stop end them, recorded.
+link answer, the reader still takes input; then EOF and a stop end them, recorded. One
+that ended while no control plane read it is adopted too: its last output comes in and it
+ends with its own exit code.
 """
 
 from __future__ import annotations
@@ -97,8 +99,13 @@ def test_node_processes_are_adopted_after_a_crash_and_after_a_keeping_stop(
     for how in ("killed", "stopped"):
         with user_client(plane.server.url, plane.user, 120) as c:
             before = ticks(c, sid, counter)[-1]
+            other = plane.session()["id"]  # one that ends while no control plane reads it
+            brief = start(c, other, f"echo {how}; sleep 3; echo bye >&2; exit 3")["id"]
         restart(plane, cluster, kill=how == "killed")
         with user_client(plane.server.url, plane.user, 120) as c:
+            done = ended(c, other, brief)  # adopted, its rest of output in, its own end
+            assert (done["reason"], done["exit_code"]) == ("exited", 3), (how, done)
+            assert output(c, other, brief) == f"{how}\nbye\n", how
             for pid in (counter, reader):
                 got = c.get(f"/v1/sessions/{sid}/processes/{pid}").json()
                 assert (got["state"], got["node"]) == ("running", s["node"]), (how, got)
