@@ -22,5 +22,5 @@ def test_soak_short_form_is_flat(tmp_path: Path) -> None:
     assert result["error_count"] == 0, summary
     assert result["audit_verify"]["ok"] is True, summary
     assert result["calls"] >= 1000
-    assert result["flatness"]["ok"] is True, summary
+    assert result["flatness"]["ok"] is True, result["flatness"]
     assert result["mounts_after_stop"] == 0 and result["containers_after_stop"] == 0, summary
