@@ -8,14 +8,16 @@ Docker engine and Ray node, on this one machine):
   is ready) on a server without a cluster and on one whose session lives on a cluster node,
   alternated call by call in the same rounds (same load); p50/p95 of each and the
   difference, the hop's cost (Ray actor call to the node agent and back, plus the result's
-  object transfer).
+  object transfer). With `--kinds` (the default) the same for a user tool call and a kernel
+  execute, on the same two servers (bench/cluster_kinds.py).
 - **scale**: for N = 1, 2, 3 nodes, a fresh local cluster of N nodes and a server on it;
   2 sessions per node, one client per session calling back to back for `--seconds`;
   calls/s. On one machine the nodes share its cores, so this measures the control plane's
   and the engines' shared ceiling, not N machines (see bench/README.md).
 
 Both servers use the same image for `code_exec` (`--image`, default tools-runner: it is small
-enough to copy into every node's engine), so local and node run the same container.
+enough to copy into every node's engine), so local and node run the same container; the
+kinds' images (tools-runner, python for kernels) are copied to the node too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import json
 import os
 import secrets
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,20 +41,22 @@ import httpx
 import typer
 
 from bench.cluster_backup import backup_cost
-from bench.exec_api import THINK_S, LeanClient, _free_port, _until_up, stop_server
+from bench.cluster_kinds import KERNEL_IMAGE, KIND_IMAGES, PRINT, all_kinds
+from bench.exec_api import LeanClient, _free_port, _until_up, stop_server
 from runtime.config import PROJECT_ROOT, Settings
 
 RESULTS = PROJECT_ROOT / "bench" / "results"
-BODY = {"tool": "code_exec", "args": {"language": "python", "code": "print(1)"}}
 
 
 def _policy(tmp: Path, image: str) -> Path:
-    """default.yaml with code_exec on `image` and room for the bench's calls."""
+    """default.yaml with code_exec on `image`, kernels on the python image, and room for the
+    bench's calls."""
     text = (PROJECT_ROOT / "policies" / "default.yaml").read_text()
     text = text.replace("execs_per_minute: 60", "execs_per_minute: 100000")
     text = text.replace("max_concurrent: 4", "max_concurrent: 16")
     text = text.replace("queue_depth: 8", "queue_depth: 64")
-    text = text.replace("  code_exec: python\n", f"  code_exec: {image}\n")
+    text = text.replace("  code_exec: python\n",
+                        f"  code_exec: {image}\n  kernel_exec: {KERNEL_IMAGE}\n")
     path = tmp / "policy.yaml"
     path.write_text(text)
     return path
@@ -66,7 +69,7 @@ class Server:
         data = tmp / "data"
         env = {**os.environ, "NAVI_ADMIN_TOKEN": self.admin, "NAVI_DATA_DIR": str(data),
                "NAVI_LOG_FORMAT": "json", "NAVI_WARM_POOL_SIZE": "1",
-               "NAVI_DISK_OVERCOMMIT": "1000"}
+               "NAVI_DISK_OVERCOMMIT": "1000", "NAVI_CHANGE_BURST": "0"}
         env.pop("NAVI_CLUSTER", None)
         if cluster is not None and address is not None:
             (data / "keys").mkdir(parents=True, exist_ok=True)
@@ -101,7 +104,7 @@ class Server:
             return made.json()["id"], made.json()["node"]
 
     async def call(self, client: LeanClient, session: str) -> dict[str, Any]:
-        status, body = await client.post(f"/v1/sessions/{session}/exec", BODY, self.token)
+        status, body = await client.post(f"/v1/sessions/{session}/exec", PRINT, self.token)
         out = json.loads(body)
         if status != 200 or out.get("stdout") != "1\n":
             raise RuntimeError(f"exec failed: {status} {body[:300]!r}")
@@ -119,10 +122,11 @@ def _cluster(cmd: str, directory: Path, *extra: str) -> str:
 
 
 @contextmanager
-def local_cluster(tmp: Path, nodes: int, image: str) -> Iterator[tuple[Path, str]]:
+def local_cluster(tmp: Path, nodes: int, *images: str) -> Iterator[tuple[Path, str]]:
     directory = tmp / f"cluster{nodes}"
-    ref = f"{Settings().image_prefix}/{image}:latest"
-    address = _cluster("up", directory, "--nodes", str(nodes), "--image", ref)
+    refs = [f"{Settings().image_prefix}/{image}:latest" for image in dict.fromkeys(images)]
+    address = _cluster("up", directory, "--nodes", str(nodes),
+                       *(arg for ref in refs for arg in ("--image", ref)))
     try:
         yield directory, address
     finally:
@@ -138,41 +142,6 @@ def serving(tmp: Path, image: str, cluster: Path | None = None,
         yield server
     finally:
         stop_server(server.process)
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    ms = sorted(v * 1000 for v in values)
-    return {"p50_ms": round(statistics.median(ms), 2),
-            "p95_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.95))], 2),
-            "mean_ms": round(statistics.fmean(ms), 2), "n": len(ms)}
-
-
-async def hop(local: Server, remote: Server, runs: int) -> dict[str, Any]:
-    """Warm print(1) on each server, alternated call by call."""
-    await local.ready()
-    await remote.ready()
-    sessions = {"local": await local.session(), "node": await remote.session()}
-    times: dict[str, list[float]] = {"local": [], "node": []}
-    clients = {"local": await LeanClient.connect(local.port),
-               "node": await LeanClient.connect(remote.port)}
-    servers = {"local": local, "node": remote}
-    try:
-        for where in times:  # a session's first call is cold
-            await servers[where].call(clients[where], sessions[where][0])
-        for _ in range(runs):
-            for where in times:
-                await asyncio.sleep(THINK_S)
-                started = time.perf_counter()
-                out = await servers[where].call(clients[where], sessions[where][0])
-                times[where].append(time.perf_counter() - started)
-                assert out["node"] == sessions[where][1], out
-    finally:
-        for client in clients.values():
-            await client.close()
-    result: dict[str, Any] = {w: _summary(v) for w, v in times.items()}
-    result["node_id"] = sessions["node"][1]
-    result["hop_p50_ms"] = round(result["node"]["p50_ms"] - result["local"]["p50_ms"], 2)
-    return result
 
 
 async def throughput(server: Server, sessions: int, seconds: float) -> dict[str, Any]:
@@ -203,15 +172,16 @@ async def throughput(server: Server, sessions: int, seconds: float) -> dict[str,
 
 
 def run(runs: int, seconds: float, max_nodes: int, image: str, backup: int = 0,
-        backup_mib: int = 4) -> dict[str, Any]:
+        backup_mib: int = 4, kinds: bool = True) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="navi-bench-cluster-"))
     results: dict[str, Any] = {"image": image, "runs": runs, "seconds": seconds,
                                "cpus": os.cpu_count(), "load_before": os.getloadavg()}
     try:
-        with local_cluster(tmp, 1, image) as (directory, address), \
+        with local_cluster(tmp, 1, image, *(KIND_IMAGES if kinds else ())) as (directory,
+                                                                              address), \
                 serving(tmp / "local", image) as local, \
                 serving(tmp / "node", image, directory, address) as remote:
-            results["hop"] = asyncio.run(hop(local, remote, runs))
+            results.update(asyncio.run(all_kinds(local, remote, runs, kinds)))
         with serving(tmp / "tp-local", image) as local:
             results["scale"] = {"local": asyncio.run(throughput(local, 2, seconds))}
         for n in range(1, max_nodes + 1):
@@ -238,16 +208,21 @@ def cli(
                                         "navi backup figure (0: none).")] = 8,
     backup_mib: Annotated[int, typer.Option("--backup-mib", min=1, help="MiB each holds.")
                           ] = 4,
+    kinds: Annotated[bool, typer.Option("--kinds/--no-kinds", help="Also a user tool call and "
+                                        "a kernel execute, local vs node.")] = True,
 ) -> None:
-    """The hop to a cluster node (warm print(1), local vs node), calls/s on 1..N nodes, and
-    `navi backup` of sessions on nodes."""
-    results = run(runs, seconds, nodes, image, backup, backup_mib)
+    """The hop to a cluster node (warm print(1), local vs node; with --kinds also a user tool
+    and a kernel execute), calls/s on 1..N nodes, and `navi backup` of sessions on nodes."""
+    results = run(runs, seconds, nodes, image, backup, backup_mib, kinds)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"cluster-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
-    h = results["hop"]
-    typer.echo(f"warm print(1) local p50 {h['local']['p50_ms']} ms, on node {h['node_id']} "
-               f"p50 {h['node']['p50_ms']} ms: hop +{h['hop_p50_ms']} ms")
+    for name, what in (("hop", "warm print(1)"), ("user_tool", "user tool add"),
+                       ("kernel", "kernel x = x + 1")):
+        if name in results:
+            h = results[name]
+            typer.echo(f"{what} local p50 {h['local']['p50_ms']} ms, on node {h['node_id']} "
+                       f"p50 {h['node']['p50_ms']} ms: hop {h['hop_p50_ms']:+} ms")
     for name, row in results["scale"].items():
         typer.echo(f"{name:8} {row['sessions']} sessions on {row['nodes']}: "
                    f"{row['calls_per_s']} calls/s")
