@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import ray
+from pydantic import BaseModel
 
 from runtime.cluster.control.hop import LOST, Hop, wire
 from runtime.nodes.process_wire import (
@@ -87,6 +88,19 @@ class RemoteProcesses:
     def __init__(self, hop: Hop) -> None:
         self._hop = hop
 
+    async def _opened(self, method: str, want: BaseModel) -> tuple[Any, Any]:
+        """A process stream of the agent's `method` and its first answer (a `Failed` is
+        raised as what the node refused)."""
+        link = self._hop
+        try:
+            stream: Any = getattr(link.actor, method).options(
+                num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD,
+            ).remote(wire(want))
+            ref = await stream.__anext__()
+        except (StopAsyncIteration, *LOST) as exc:
+            raise link.lost(exc) from None
+        return stream, await link.wait(ref)
+
     async def start(self, request: ExecRequest, *, lifetime_s: float, frame: bytes,
                     env: dict[str, str], home: str | None, ports: list[int]) -> NodeProcess:
         """The process's container runs on the node (`request.exec_id` names its record)."""
@@ -94,16 +108,7 @@ class RemoteProcesses:
         want = ProcessOnNode(run=RunOnNode.of(request, [], False), record=request.exec_id,
                              lifetime_s=lifetime_s, frame=frame, env=env, home=home,
                              ports=ports)
-        try:
-            stream: Any = link.actor.process_start.options(
-                num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD,
-            ).remote(wire(want))
-            ref = await stream.__anext__()
-        except StopAsyncIteration as exc:
-            raise link.lost(exc) from None
-        except LOST as exc:
-            raise link.lost(exc) from None
-        container = await link.wait(ref)  # a `Failed` raised as what the node refused
+        stream, container = await self._opened("process_start", want)
         return NodeProcess(link, stream, (request.tenant, request.session, request.exec_id),
                            str(container))
 
@@ -114,16 +119,7 @@ class RemoteProcesses:
         node's log starts it, later only when it no longer holds that much)."""
         link = self._hop
         want = ProcessAttach(tenant=tenant, session=session, process=process, offset=offset)
-        try:
-            stream: Any = link.actor.process_attach.options(
-                num_returns="streaming", _generator_backpressure_num_objects=STREAM_AHEAD,
-            ).remote(wire(want))
-            ref = await stream.__anext__()
-        except StopAsyncIteration as exc:
-            raise link.lost(exc) from None
-        except LOST as exc:
-            raise link.lost(exc) from None
-        attached: ProcessAttached = await link.wait(ref)  # NotFound: the node has it not
+        stream, attached = await self._opened("process_attach", want)  # NotFound: not there
         return NodeProcess(link, stream, (tenant, session, process), attached.container), \
             attached
 
