@@ -19,12 +19,20 @@ import json
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bench.exec_api import THINK_S, LeanClient
 
-if TYPE_CHECKING:
-    from bench.cluster_bench import Server
+
+class Server(Protocol):
+    """What the kinds need of a server (`bench.cluster_bench.Server`)."""
+
+    port: int
+    token: str
+
+    async def ready(self) -> None: ...
+
+    async def session(self) -> tuple[str, str]: ...
 
 KERNEL_IMAGE = "python"  # a kernel runs in code_exec's container; it needs IPython
 KIND_IMAGES = ("tools-runner", KERNEL_IMAGE)  # what a node needs for the kinds
