@@ -16,7 +16,7 @@ no longer has (the node's agent restarted, the node is gone) ends ``interrupted`
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runtime.errors import NodeUnavailable
 from runtime.logging import get_logger
@@ -24,7 +24,7 @@ from runtime.nodes.base import LOCAL
 from runtime.processes.adopt import close_interrupted
 from runtime.processes.ends import Ends
 from runtime.processes.models import ProcessRecord
-from runtime.processes.on_node import NodeLiveProcess
+from runtime.processes.on_node import NodeLiveProcess, relay_ports
 
 if TYPE_CHECKING:
     from runtime.processes.table import ProcessTable
@@ -70,14 +70,7 @@ async def _adopt(table: ProcessTable, ends: Ends, record: ProcessRecord) -> bool
     live = NodeLiveProcess(record, stream, outlog, services.hub.bus(record.session_id))
     live.stdin_open = attached.stdin_open
     table.places.hold(record.tenant_id, record.session_id, record.id, record.ports)
-    ports = getattr(services, "ports", None)  # the server's `PortsService`, if it runs one
-    if record.ports and ports is not None:  # reached over the hop, as at its start
-        tenant, session = record.tenant_id, record.session_id
-
-        async def opener(port: int) -> Any:
-            return await remote.open_port(tenant, session, port)
-
-        ports.hub.add_remote(session, record.id, list(record.ports), opener)
+    relay_ports(services, remote, record)  # reached over the hop, as at its start
     ends.watch(live, attached.lifetime_s)
     log.info("node_process_adopted", process=record.id, node=record.node,
              offset=attached.offset)

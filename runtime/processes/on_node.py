@@ -156,13 +156,20 @@ async def launch_on_node(table: ProcessTable, ends: Ends, subject: Subject, spec
         raise
     live = NodeLiveProcess(record.model_copy(update={"container": stream.container}),
                            stream, outlog, services.hub.bus(subject.session))
-    ports = getattr(services, "ports", None)  # the server's `PortsService`, if it runs one
-    if record.ports and ports is not None:  # reached over the hop (`PortsHub.add_remote`)
-        tenant, session = subject.tenant, subject.session
-
-        async def opener(port: int) -> Any:
-            return await remote.open_port(tenant, session, port)
-
-        ports.hub.add_remote(session, record.id, list(record.ports), opener)
+    relay_ports(services, remote, record)
     ends.watch(live, lifetime_s)
     return live
+
+
+def relay_ports(services: Any, remote: Any, record: ProcessRecord) -> None:
+    """A node process's declared ports, reached over the hop (`PortsHub.add_remote`), at
+    its start and when a restarted control plane adopts it."""
+    ports = getattr(services, "ports", None)  # the server's `PortsService`, if it runs one
+    if not record.ports or ports is None:
+        return
+    tenant, session = record.tenant_id, record.session_id
+
+    async def opener(port: int) -> Any:
+        return await remote.open_port(tenant, session, port)
+
+    ports.hub.add_remote(session, record.id, list(record.ports), opener)
