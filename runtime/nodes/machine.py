@@ -35,6 +35,7 @@ from runtime.sandbox.docker.backend import DockerBackend
 from runtime.sandbox.instance import load_instance_id
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import Activity, call_on_loop, release_idle
+from runtime.workspace.disk import NOTHING, TenantBytes
 
 log = get_logger(__name__)
 
@@ -44,14 +45,17 @@ class Machine:
     is; `disks`: session disks on, off, or None (when the machine can); `tenant_limit`: a
     tenant's disk quota in bytes a disk mounted again is admitted against (called on a worker
     thread); `count_also`: a tenant's bytes kept beside its session disks, counted in its
-    quota; `egress_denied`: addresses no call's egress reaches (a cluster node: its machines).
+    quota; `egress_denied`: addresses no call's egress reaches (a cluster node: its machines);
+    `elsewhere`: what a tenant holds on a cluster's other machines (a node: asked of its
+    control plane), counted when a disk is mounted again or copied on.
     """
 
     def __init__(self, settings: Settings, *, instance_id: str | None = None,
                  backend: SandboxBackend | None = None, disks: bool | None = None,
                  tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
                  count_also: Callable[[str], int] = lambda tenant_id: 0,
-                 egress_denied: DeniedAddresses | None = None) -> None:
+                 egress_denied: DeniedAddresses | None = None,
+                 elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING) -> None:
         self.settings = settings
         self._loop: asyncio.AbstractEventLoop | None = None  # the engine's, once opened
         activity = Activity(settings.session_idle_s)
@@ -64,7 +68,8 @@ class Machine:
         self.backend = backend
         self.workspaces = Workspaces.from_settings(
             settings, disks_on=disks, activity=activity, count_also=count_also,
-            drop_containers=self._drop_containers, tenant_limit=tenant_limit)
+            drop_containers=self._drop_containers, tenant_limit=tenant_limit,
+            elsewhere=elsewhere)
         self.tasks: list[asyncio.Task[Any]] = []
 
     @property

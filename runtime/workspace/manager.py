@@ -61,6 +61,7 @@ class Workspaces:
         count_also: Callable[[str], int] = lambda tenant_id: 0,
         drop_containers: Callable[[str], None] = lambda session_id: None,
         tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
+        elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING,
     ) -> None:
         self.root = Path(root)
         self.sandbox_uid = sandbox_uid
@@ -81,7 +82,8 @@ class Workspaces:
         self.residency = Residency(activity=self.activity, disks=self.disks,
                                    session_dir=self.session_dir, also=self.also,
                                    admission=self._admission,
-                                   drop_containers=drop_containers, tenant_limit=tenant_limit)
+                                   drop_containers=drop_containers, tenant_limit=tenant_limit,
+                                   elsewhere=elsewhere)
         # what a session's use or release asks of it, by name (callers and the node's hooks)
         self.state = self.residency.state
         self.may_launch = self.residency.may_launch
@@ -95,6 +97,7 @@ class Workspaces:
                       count_also: Callable[[str], int] = lambda tenant_id: 0,
                       drop_containers: Callable[[str], None] = lambda session_id: None,
                       tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
+                      elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING,
                       ) -> Workspaces:
         """``disks_on``: session disks off when False (None or True: when the machine can)."""
         disks = SessionDisks(settings.workspaces_dir,
@@ -104,7 +107,7 @@ class Workspaces:
         return cls(settings.workspaces_dir, sandbox_uid=settings.sandbox_uid, limits=limits,
                    disks=disks, activity=activity or Activity(settings.session_idle_s),
                    count_also=count_also, drop_containers=drop_containers,
-                   tenant_limit=tenant_limit)
+                   tenant_limit=tenant_limit, elsewhere=elsewhere)
 
     def start(self) -> None:
         """Release what a killed instance left mounted, then guard our own mounts: they are

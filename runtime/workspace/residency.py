@@ -35,7 +35,7 @@ class Residency:
     and ``tenant_limit`` (a tenant's disk quota in bytes, for mounts after a restart) are the
     machine's (``runtime.nodes.machine``); by default there is nothing to drop and no limit.
     ``elsewhere``: what a tenant holds on a cluster's other machines, asked (blocking) before
-    a mount or copy is admitted; a cluster node's agent sets it (``runtime.cluster.agent.
+    a mount or copy is admitted; a cluster node's agent gives it (``runtime.cluster.agent.
     asks``), one machine has nothing elsewhere.
     """
 
@@ -43,7 +43,8 @@ class Residency:
                  session_dir: Callable[[str, str], Path], also: Callable[[str], int],
                  admission: threading.Lock,
                  drop_containers: Callable[[str], None] = lambda session_id: None,
-                 tenant_limit: Callable[[str], int | None] = lambda tenant_id: None) -> None:
+                 tenant_limit: Callable[[str], int | None] = lambda tenant_id: None,
+                 elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING) -> None:
         self.activity = activity
         self.disks = disks
         self.session_dir = session_dir
@@ -52,7 +53,7 @@ class Residency:
         self.drop_containers = drop_containers
         self.tenant_limit = tenant_limit
         self._limits: dict[str, int] = {}
-        self.elsewhere: Callable[[str], TenantBytes] = lambda tenant_id: NOTHING
+        self.elsewhere = elsewhere
 
     def state(self, tenant_id: str, session_id: str) -> str:
         """``active`` while the session's disk is mounted (in use lately), else ``idle``."""

@@ -21,7 +21,7 @@ from runtime.nodes.wire import MAX_BYTES, HeldBytes, parsed
 from runtime.store.ids import new_session_id, new_tenant_id
 from runtime.workspace import Workspaces
 from runtime.workspace.activity import Activity
-from runtime.workspace.disk import SessionDisks, TenantBytes, loop_mounts_available
+from runtime.workspace.disk import NOTHING, SessionDisks, TenantBytes, loop_mounts_available
 
 MiB = 1024 * 1024
 SIZE = 32 * MiB
@@ -106,26 +106,31 @@ async def test_without_an_answer_the_last_figure_told_counts() -> None:
 
 
 @pytest.fixture
-def machine(tmp_path: Path) -> Iterator[Workspaces]:
+def elsewhere() -> dict[str, TenantBytes]:
+    """What the machine below is told the tenant holds on other machines."""
+    return {"held": NOTHING}
+
+
+@pytest.fixture
+def machine(tmp_path: Path, elsewhere: dict[str, TenantBytes]) -> Iterator[Workspaces]:
     if not loop_mounts_available():
         pytest.skip("needs root and loop devices")
     made = Workspaces(tmp_path / "a", disks=SessionDisks(tmp_path / "a", reserve_bytes=0),
-                      activity=Activity(idle_s=0.05))
+                      activity=Activity(idle_s=0.05),
+                      elsewhere=lambda tenant_id: elsewhere["held"])
     yield made
     made.close()
 
 
 def test_a_disk_mounted_again_counts_what_the_tenant_holds_elsewhere(
-    machine: Workspaces,
+    machine: Workspaces, elsewhere: dict[str, TenantBytes],
 ) -> None:
     tenant, session, limit = new_tenant_id(), new_session_id(), 2 * SIZE
     machine.create(tenant, session, uid=200000, disk_bytes=SIZE, tenant_disk_bytes=limit)
     with machine.open(tenant, session) as files:
         files.write_bytes("big", os.urandom(8 * MiB))
     assert machine.release(tenant, session, only_idle=False)
-    elsewhere = {"held": TenantBytes(SIZE + MiB, 2 * MiB)}  # another node's session in use
-    ElsewhereAsks(machine.residency)  # the node's mounts ask it from now on
-    machine.residency.elsewhere = lambda tenant_id: elsewhere["held"]
+    elsewhere["held"] = TenantBytes(SIZE + MiB, 2 * MiB)  # another node's session in use
     with pytest.raises(DiskQuotaBusy):  # it would fit once that one is idle
         machine.open(tenant, session)
     elsewhere["held"] = TenantBytes(SIZE + MiB, SIZE + MiB)  # at rest it holds as much

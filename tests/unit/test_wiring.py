@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 HOOKS = frozenset({"placer", "lookup", "placement", "drop_containers", "tenant_limit",
-                   "count_also", "may_launch", "egress_denied"})
+                   "count_also", "may_launch", "egress_denied", "elsewhere"})
 
 
 def _targets(node: ast.AST) -> Iterator[ast.expr]:

@@ -87,11 +87,11 @@ class NodeAgent:
         self.settings = Settings() if data_dir is None else Settings(data_dir=Path(data_dir))
         self.cluster_addresses = ClusterAddresses()
         self._tenant_limits: dict[str, int] = {}  # what its control plane last said
+        self.asks = ElsewhereAsks()  # its mounts and copies count the tenant's bytes elsewhere
         self.machine = Machine(  # as `navi serve` alone starts it
             self.settings, disks=disks, tenant_limit=self._tenant_limits.get,
-            egress_denied=self.cluster_addresses)
+            egress_denied=self.cluster_addresses, elsewhere=self.asks.ask)
         self.workspaces = self.machine.workspaces
-        self.asks = ElsewhereAsks(self.workspaces.residency)  # its mounts count elsewhere
         backend = self.machine.docker
         assert backend is not None  # a node always runs on its own engine
         self.backend: DockerBackend = backend

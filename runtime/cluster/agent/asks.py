@@ -26,7 +26,6 @@ from runtime.logging import get_logger
 from runtime.nodes.elsewhere_wire import ElsewhereAnswer, ElsewhereAsk
 from runtime.nodes.wire import parsed
 from runtime.workspace.disk import NOTHING, TenantBytes
-from runtime.workspace.residency import Residency
 
 log = get_logger(__name__)
 
@@ -38,17 +37,14 @@ class ElsewhereAsks:
     """The node's side: `ask` (blocking, from the worker thread admitting a mount or copy),
     `listen` (the control plane's stream of questions), `answer` (its answers)."""
 
-    def __init__(self, residency: Residency | None = None,
-                 timeout_s: float = ASK_TIMEOUT_S) -> None:
-        """``residency``: the node's, whose mounts and copies ask here from now on."""
+    def __init__(self, timeout_s: float = ASK_TIMEOUT_S) -> None:
+        """`ask` is what the node's `Machine` counts as a tenant's bytes elsewhere."""
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[ElsewhereAsk] | None = None  # the current listener's
         self._waiting: dict[str, concurrent.futures.Future[TenantBytes]] = {}
         self._last: dict[str, TenantBytes] = {}  # tenant -> the figure it was last told
         self._lock = threading.Lock()
-        if residency is not None:
-            residency.elsewhere = self.ask
 
     def told(self, tenant_id: str, held: TenantBytes) -> None:
         """A figure the control plane sent with a request (a create's)."""
